@@ -1,0 +1,31 @@
+"""posenc: fixed sinusoidal positional encodings, every convention in use, exact.
+
+    >>> import posenc
+    >>> posenc.table(2048, 512).shape                       # the paper's, NumPy float32
+    (2048, 512)
+    >>> posenc.grid((14, 14), 768, preset="mae", cls_token=True).shape
+    (197, 768)
+
+Every value is the exact encoding (angles in float64) rounded once to the output dtype.
+"""
+
+from ._api import detr, encode, grid, preset, presets, table
+from ._errors import PosencError
+from ._positions import fairseq_positions
+from ._presets import Preset
+from ._spec import Encoding
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Encoding",
+    "PosencError",
+    "Preset",
+    "detr",
+    "encode",
+    "fairseq_positions",
+    "grid",
+    "preset",
+    "presets",
+    "table",
+]

@@ -1,0 +1,271 @@
+"""The public functions: ``table``, ``encode``, ``grid``, ``detr``."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ._backends import backend_for, is_torch
+from ._engine import fill_grid, fill_points
+from ._errors import PosencError, check_int, check_real
+from ._layout import plan
+from ._positions import Progression, as_positions, grid_axis
+from ._presets import PRESETS, Preset, get_preset
+
+
+def presets() -> list[str]:
+    """Names of all presets. ``posenc.preset(name)`` tells each one's origin and options.
+
+    Example:
+        >>> "whisper" in posenc.presets()
+        True
+    """
+    return list(PRESETS)
+
+
+def preset(name: str) -> Preset:
+    """The :class:`Preset` record: ``origin``, ``summary``, ``options``, ``quirks``."""
+    return get_preset(name)
+
+
+def _one_axis(p: Preset, call: str) -> None:
+    if p.encoding.ndim not in (1, None):
+        raise PosencError(
+            f"preset {p.name!r} encodes {p.encoding.ndim} axes; use posenc.grid(shape, dim, "
+            f"preset={p.name!r}) or posenc.encode(coords, dim, preset={p.name!r}) with "
+            f"coords of shape [..., {p.encoding.ndim}] instead of {call}"
+        )
+
+
+def table(
+    length: int,
+    dim: int,
+    *,
+    preset: str = "vaswani",
+    offset: float = 0,
+    dtype: Any = None,
+    device: Any = None,
+    **options: Any,
+) -> Any:
+    """The encoding of positions ``offset, offset+1, …, offset+length-1``.
+
+    Args:
+        length: number of positions (rows).
+        dim: number of channels.
+        preset: a 1D convention (see :func:`presets`).
+        offset: first position: a KV-cache length, tensor2tensor's ``start_index``.
+        dtype: output dtype (NumPy or torch; default float32, or torch's default dtype).
+            A torch dtype or a ``device`` gives a torch tensor.
+        device: torch device for the output.
+        **options: the preset's options, by their original names.
+
+    Returns:
+        ``[length, dim]`` array; every value is the exact encoding rounded once to ``dtype``.
+
+    Example:
+        >>> pe = posenc.table(2048, 512)                              # the paper's
+        >>> pe = posenc.table(1500, 384, preset="whisper")
+        >>> pe = posenc.table(64, 17, preset="fairseq", padding_idx=1)  # row 1 all zero
+    """
+    p = get_preset(preset)
+    _one_axis(p, "posenc.table")
+    enc = p.resolve(options, grid=False)
+    length = check_int("length", length)
+    dim = check_int("dim", dim, minimum=1)
+    offset_f = check_real("offset", offset)
+    pl = plan(enc, dim, 1, p.name)
+    bk = backend_for(dtype, device)
+    out = bk.empty((length, dim))
+    fill_grid(bk, out, pl, [Progression(offset_f, 1.0, length)], [0])
+    if enc.padding_idx is not None:
+        row = enc.padding_idx - offset_f
+        if row == int(row) and 0 <= row < length:
+            out[int(row)] = 0
+    return out
+
+
+def encode(
+    positions: Any,
+    dim: int,
+    *,
+    preset: str = "vaswani",
+    dtype: Any = None,
+    ndim: int | None = None,
+    **options: Any,
+) -> Any:
+    """The encoding of arbitrary positions: integer or real, any shape.
+
+    Args:
+        positions: list, NumPy array or torch tensor. For a 1D preset any shape ``[*s]``;
+            for a preset of ``k`` axes (``mae``: 2) coordinates ``[*s, k]`` in the grid's
+            axis order (row, column).
+        dim: number of channels.
+        preset: any preset name.
+        dtype: output dtype; default float32 (NumPy) or torch's default dtype.
+        ndim: number of axes, for presets that take any (``t2t-nd``, ``tatp22``, ``nerf``);
+            default 1.
+        **options: the preset's options.
+
+    Returns:
+        ``[*s, dim]``, in the library and on the device of ``positions``.
+
+    Example:
+        >>> t = torch.tensor([0.0, 250.5, 999.0])
+        >>> posenc.encode(t, 320, preset="timestep", flip_sin_to_cos=True).shape
+        torch.Size([3, 320])
+    """
+    p = get_preset(preset)
+    enc = p.resolve(options, grid=False)
+    dim = check_int("dim", dim, minimum=1)
+    k = _axes(p, ndim)
+    x, integral = as_positions(positions)
+    if k > 1 and (x.ndim == 0 or x.shape[-1] != k):
+        raise PosencError(
+            f"`positions` must have a last axis of {k} coordinates for preset {p.name!r}, "
+            f"got shape {tuple(x.shape)}"
+        )
+    lead = tuple(x.shape[:-1]) if k > 1 else tuple(x.shape)
+    pl = plan(enc, dim, k, p.name)
+    bk = backend_for(dtype, None, like=x)
+    flat = x.reshape(-1, k)
+    out = bk.empty((flat.shape[0], dim))
+    fill_points(bk, out, pl, flat, integral)
+    if enc.padding_idx is not None:
+        out[flat[:, 0] == enc.padding_idx] = 0
+    return out.reshape(*lead, dim)
+
+
+def _axes(p: Preset, ndim: int | None) -> int:
+    fixed = p.encoding.ndim
+    if ndim is None:
+        return fixed or 1
+    ndim = check_int("ndim", ndim, minimum=1)
+    if fixed is not None and ndim != fixed:
+        raise PosencError(f"`ndim` must be {fixed} for preset {p.name!r}, got {ndim}")
+    return ndim
+
+
+def grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str = "mae",
+    dtype: Any = None,
+    device: Any = None,
+    **options: Any,
+) -> Any:
+    """The encoding of every cell of a grid, flattened to tokens.
+
+    Args:
+        shape: grid size per axis, first axis outermost in the token order: ``(H, W)`` for
+            images, ``(T, H, W)`` for video. An int means a square (cube) of that side.
+        dim: number of channels.
+        preset: a grid convention: ``mae``, ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``,
+            ``hf-2d``, ``detr``, or an N-D one (``t2t-nd``, ``tatp22``, ``nerf``).
+        dtype, device: as in :func:`table`.
+        **options: the preset's options (``cls_token``, ``interpolation_scale``, …).
+
+    Returns:
+        ``[extra + prod(shape), dim]`` where ``extra`` is the number of leading zero rows for
+        class/register tokens.
+
+    Example:
+        >>> posenc.grid((14, 14), 768, preset="mae", cls_token=True).shape
+        (197, 768)
+    """
+    p = get_preset(preset)
+    enc = p.resolve(options, grid=True)
+    dims = _grid_shape(shape, p.encoding.ndim)
+    nd = len(dims)
+    dim = check_int("dim", dim, minimum=1)
+    pl = plan(enc, dim, nd, p.name)
+    scales = enc.interpolation_scale
+    if not isinstance(scales, tuple):
+        scales = (scales,) * nd
+    axes = [
+        grid_axis(
+            n,
+            offset=enc.grid_offset,
+            interpolation_scale=scales[a],
+            base_size=enc.base_size,
+            normalize=enc.normalize,
+        )
+        for a, n in enumerate(dims)
+    ]
+    bk = backend_for(dtype, device)
+    cells = math.prod(dims)
+    out = bk.empty((enc.extra_tokens + cells, dim))
+    out[: enc.extra_tokens] = 0
+    body = out[enc.extra_tokens :]
+    if enc.tokens == "row-major":
+        fill_grid(bk, body.reshape(*dims, dim), pl, axes, list(range(nd)))
+    else:
+        fill_grid(bk, body.reshape(*dims[::-1], dim), pl, axes, list(range(nd))[::-1])
+    return out
+
+
+def _grid_shape(shape: Any, ndim: int | None) -> tuple[int, ...]:
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,) * (ndim or 1)
+    if not isinstance(shape, (tuple, list)) or not shape:
+        raise PosencError(f"`shape` must be an int or a non-empty tuple of ints, got {shape!r}")
+    dims = tuple(check_int(f"shape[{i}]", s) for i, s in enumerate(shape))
+    if ndim is not None and len(dims) != ndim:
+        raise PosencError(f"`shape` must have {ndim} axes for this preset, got {tuple(shape)}")
+    return dims
+
+
+def detr(
+    mask: Any,
+    dim: int = 256,
+    *,
+    temperature: float = 10000.0,
+    normalize: bool = False,
+    scale: float | None = None,
+    dtype: Any = None,
+) -> Any:
+    """DETR's ``PositionEmbeddingSine`` from a padding mask, reproduced exactly.
+
+    Args:
+        mask: ``[B, H, W]`` booleans, True where the image is padding (DETR's convention).
+        dim: output channels, ``2 * num_pos_feats`` (DETR: 256); a multiple of 4.
+        temperature: largest timescale.
+        normalize: divide the 1-based coordinates by the last one (+1e-6), times ``scale``.
+        scale: with ``normalize`` (default ``2*pi``).
+        dtype: output dtype (default float32, or torch's default for a torch mask).
+
+    Returns:
+        ``[B, dim, H, W]``: channels ``[y block | x block]``, each interleaved sin/cos pairs
+        at frequencies ``temperature ** (-2m / num_pos_feats)``.
+    """
+    opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
+    if scale is not None:
+        opts["scale"] = scale
+    p = get_preset("detr")
+    enc = p.resolve(opts, grid=True)
+    dim = check_int("dim", dim, minimum=1)
+    pl = plan(enc, dim, 2, p.name)
+    torch_in = is_torch(mask)
+    m = np.asarray(mask.cpu() if torch_in else mask)
+    if m.dtype != bool or m.ndim != 3:
+        raise PosencError(
+            f"`mask` must be a [batch, H, W] boolean array, got {m.dtype} of shape {m.shape}"
+        )
+    filled = ~m
+    y = np.cumsum(filled, axis=1, dtype=np.int64)
+    x = np.cumsum(filled, axis=2, dtype=np.int64)
+    coords: np.ndarray = np.stack([y, x], axis=-1)
+    if normalize:
+        coords = np.stack(
+            [y / (y[:, -1:, :] + 1e-6), x / (x[:, :, -1:] + 1e-6)], axis=-1
+        )
+    bk = backend_for(dtype, mask.device if torch_in else None, like=mask if torch_in else None)
+    flat = coords.reshape(-1, 2)
+    out = bk.empty((flat.shape[0], dim))
+    fill_points(bk, out, pl, flat, integral=not normalize)
+    b, h, w = m.shape
+    out = out.reshape(b, h, w, dim)
+    return out.permute(0, 3, 1, 2) if torch_in else out.transpose(0, 3, 1, 2)

@@ -1,0 +1,220 @@
+"""Layouts: the one place that maps an `Encoding` and a width to output channels.
+
+A :class:`Plan` says, for every output channel ``j``, what it holds::
+
+    src[j] = 2u      sin(x[axis[u]] * omega[u])
+    src[j] = 2u + 1  cos(x[axis[u]] * omega[u])
+    src[j] = ZERO    0
+    src[j] = -2 - a  the position x[a] itself (NeRF's included input)
+
+Every convention (interleaved or halves, odd widths, axis order, truncation) is only a
+different ``src``; the engine never branches on a convention. Channel sharding is slicing
+``src``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ._errors import PosencError
+from ._frequencies import denominator, frequencies
+from ._spec import Encoding
+
+ZERO = -1
+
+
+def ident(axis: int) -> int:
+    return -2 - axis
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """Channels ``dst`` of the output take columns ``src`` of an axis's basis."""
+
+    dst: slice
+    src: slice
+
+
+@dataclass(frozen=True, eq=False)
+class AxisPlan:
+    """What one position axis contributes: its frequencies and where they go."""
+
+    axis: int
+    omega: np.ndarray  # float64 [n]: basis column 2i is sin(x*omega[i]), 2i+1 is cos
+    runs: tuple[Run, ...]
+    identity: tuple[int, ...]  # output channels holding x itself
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    dim: int
+    ndim: int
+    omega: np.ndarray  # float64 [U]
+    axis: np.ndarray  # int64 [U]
+    src: np.ndarray  # int64 [dim]
+
+    @functools.cached_property
+    def zeros(self) -> tuple[int, ...]:
+        return tuple(int(j) for j in np.flatnonzero(self.src == ZERO))
+
+    @functools.cached_property
+    def axes(self) -> tuple[AxisPlan, ...]:
+        out = []
+        for a in range(self.ndim):
+            us = np.flatnonzero(self.axis == a)
+            local = {int(u): i for i, u in enumerate(us)}
+            pairs = [
+                (j, 2 * local[int(s) // 2] + int(s) % 2)
+                for j, s in enumerate(self.src)
+                if s >= 0 and int(s) // 2 in local
+            ]
+            identity = tuple(j for j, s in enumerate(self.src) if s == ident(a))
+            out.append(AxisPlan(a, self.omega[us], _runs(pairs), identity))
+        return tuple(out)
+
+
+def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
+    """Group (dst, src) pairs into strided slices: interleaved is one run, halves two."""
+    runs: list[Run] = []
+    i = 0
+    while i < len(pairs):
+        d0, s0 = pairs[i]
+        step = pairs[i + 1][1] - s0 if i + 1 < len(pairs) else 1
+        length = 1
+        while (
+            i + length < len(pairs)
+            and step > 0
+            and pairs[i + length] == (d0 + length, s0 + length * step)
+        ):
+            length += 1
+        if length == 1:
+            step = 1
+        runs.append(Run(slice(d0, d0 + length), slice(s0, s0 + (length - 1) * step + 1, step)))
+        i += length
+    return tuple(runs)
+
+
+def _block_widths(enc: Encoding, width: int, ndim: int, who: str, dim: int) -> list[int]:
+    """Channel width of each block (in channel order) out of ``width`` sin/cos channels."""
+    if enc.widths == "exact":
+        fractions = enc.fractions or (1.0 / ndim,) * ndim
+        if len(fractions) != ndim:
+            raise PosencError(f"preset {who!r} has {len(fractions)} blocks but ndim={ndim}")
+        shares = [Fraction(f).limit_denominator(1000) for f in fractions]
+        multiple = math.lcm(*[(Fraction(2) / s).numerator for s in shares])
+        blocks = [width * s for s in shares]
+        if any(b.denominator != 1 or b % 2 or b == 0 for b in blocks):
+            extra = f" plus {ndim} (the included inputs)" if enc.include_input else ""
+            raise PosencError(
+                f"`dim` must be a positive multiple of {multiple}{extra} for preset {who!r} "
+                f"({_describe_blocks(shares)}), got {dim}"
+            )
+        return [int(b) for b in blocks]
+    if enc.widths == "floor":
+        n = width // (2 * ndim)
+        if n == 0:
+            raise PosencError(
+                f"`dim` must be at least {2 * ndim} for preset {who!r} "
+                f"(each of {ndim} axes needs one sin/cos pair), got {dim}"
+            )
+        return [2 * n] * ndim
+    if enc.widths == "ceil":
+        if width < 1:
+            raise PosencError(f"`dim` must be at least 1 for preset {who!r}, got {dim}")
+        return [2 * math.ceil(width / (2 * ndim))] * ndim
+    if ndim != 1:
+        raise PosencError(f"preset {who!r} splits one block and needs ndim=1, got {ndim}")
+    if width < 1:
+        raise PosencError(f"`dim` must be at least 1 for preset {who!r}, got {dim}")
+    return [width]
+
+
+def _describe_blocks(shares: list[Fraction]) -> str:
+    if len(shares) == 1:
+        return "sines and cosines in equal numbers"
+    parts = ", ".join(str(s) for s in shares)
+    return f"blocks of {parts} of the width, each an even number of channels"
+
+
+@functools.lru_cache(maxsize=256)
+def plan(enc: Encoding, dim: int, ndim: int, who: str) -> Plan:
+    """The channel plan of ``enc`` at width ``dim`` over ``ndim`` position axes."""
+    width = dim - (ndim if enc.include_input else 0)
+    if width < 0:
+        raise PosencError(
+            f"`dim` must be at least {ndim} for preset {who!r} (one included input per axis), "
+            f"got {dim}"
+        )
+    widths = _block_widths(enc, width, ndim, who, dim)
+    order = enc.axis_order or tuple(range(ndim))
+    omegas: list[np.ndarray] = []
+    counts: list[tuple[int, int]] = []  # (n_sin, n_cos) per block
+    first: list[int] = []  # index u of each block's first frequency
+    total = 0
+    for w in widths:
+        n_sin, n_cos = (w + 1) // 2, w // 2
+        den = denominator(w, enc.shift, guard=enc.guard)
+        if enc.spacing == "geometric" and not den > 0 and n_sin > 0:
+            raise PosencError(
+                f"`dim` is too small for preset {who!r}: its spacing divides by "
+                f"n - {enc.shift:g} for n frequencies per block, which must be > 0; "
+                f"dim={dim} gives n={n_sin}{_smallest(enc, dim, ndim, who)}"
+            )
+        omegas.append(
+            frequencies(
+                enc.spacing, n_sin, den=den, base=enc.base, min_timescale=enc.min_timescale
+            )
+        )
+        counts.append((n_sin, n_cos))
+        first.append(total)
+        total += n_sin
+
+    def sin(b: int, k: int) -> int:
+        return 2 * (first[b] + k)
+
+    def cos(b: int, k: int) -> int:
+        return 2 * (first[b] + k) + 1
+
+    nb = len(widths)
+    src: list[int] = [ident(order[b]) for b in range(nb)] if enc.include_input else []
+    if enc.layout == "interleaved":
+        for b, (ns, nc) in enumerate(counts):
+            for k in range(ns):
+                src.append(sin(b, k))
+                if k < nc:
+                    src.append(cos(b, k))
+    elif enc.layout in ("halves", "halves-cos-first"):
+        for b, (ns, nc) in enumerate(counts):
+            sins = [sin(b, k) for k in range(ns)]
+            coss = [cos(b, k) for k in range(nc)]
+            src += sins + coss if enc.layout == "halves" else coss + sins
+    elif enc.layout == "sin-major":
+        src += [sin(b, k) for b in range(nb) for k in range(counts[b][0])]
+        src += [cos(b, k) for b in range(nb) for k in range(counts[b][1])]
+    elif enc.layout == "frequency-major":
+        for k in range(max(ns for ns, _ in counts)):
+            src += [sin(b, k) for b in range(nb) if k < counts[b][0]]
+            src += [cos(b, k) for b in range(nb) if k < counts[b][1]]
+    else:
+        raise PosencError(f"unknown layout {enc.layout!r}")
+    src = src[:dim] + [ZERO] * (dim - len(src))
+    axis = np.concatenate(
+        [np.full(counts[b][0], order[b], dtype=np.int64) for b in range(nb)]
+    )
+    omega = np.concatenate(omegas) * enc.scale
+    return Plan(dim, ndim, omega, axis, np.asarray(src, dtype=np.int64))
+
+
+def _smallest(enc: Encoding, dim: int, ndim: int, who: str) -> str:
+    for d in range(dim + 1, dim + 8 * ndim + 8):
+        try:
+            plan(enc, d, ndim, who)
+        except PosencError:
+            continue
+        return f"; the smallest width it takes is {d}"
+    return ""

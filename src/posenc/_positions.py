@@ -1,0 +1,111 @@
+"""Positions: the one place that turns what the caller gives into position values.
+
+Three kinds reach the engine:
+
+- a :class:`Progression` ``x_i = start + i * step`` (tables, grid axes), whose structure
+  lets the engine evaluate ``O(sqrt(length))`` sines instead of ``length``;
+- integer position arrays (token positions, packed sequences, KV-cache offsets);
+- real position arrays (diffusion timesteps, scaled coordinates).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._backends import is_torch
+from ._errors import PosencError
+
+
+@dataclass(frozen=True)
+class Progression:
+    """Positions ``start + i * step`` for ``i = 0 … length-1``."""
+
+    start: float
+    step: float
+    length: int
+
+    def values(self) -> np.ndarray:
+        return self.start + np.arange(self.length, dtype=np.float64) * self.step
+
+
+def grid_axis(
+    length: int,
+    *,
+    offset: float = 0.0,
+    interpolation_scale: float = 1.0,
+    base_size: float | None = None,
+    normalize: bool = False,
+) -> Progression:
+    """Positions of one grid axis: ``(offset + i) * f`` with the conventions' factors.
+
+    ``f = 1 / interpolation_scale`` (diffusers), times ``base_size / length`` (diffusers'
+    ``i / (length / base_size)``), divided by ``last + 1e-6`` when ``normalize`` (DETR).
+    """
+    f = 1.0 / interpolation_scale
+    if base_size is not None:
+        f *= base_size / length
+    if normalize:
+        f /= (offset + length - 1) * f + 1e-6 if length else 1.0
+    return Progression(offset * f, f, length)
+
+
+def as_positions(positions: Any, name: str = "positions") -> tuple[Any, bool]:
+    """Validated positions (a NumPy array or a torch tensor) and whether they are integers."""
+    if is_torch(positions):
+        t = positions
+        if t.is_complex() or t.dtype == _torch_bool():
+            raise PosencError(f"`{name}` must hold integers or real numbers, got {t.dtype}")
+        integral = not t.is_floating_point()
+        if not integral and not bool(t.isfinite().all()):
+            raise PosencError(f"`{name}` must be finite, got a value of {_first_bad(t)}")
+        return t, integral
+    if isinstance(positions, numbers.Number) and not isinstance(positions, numbers.Real):
+        raise PosencError(f"`{name}` must hold integers or real numbers, got {positions!r}")
+    try:
+        arr = np.asarray(positions)
+    except (ValueError, TypeError) as err:
+        raise PosencError(f"`{name}` must be an array of numbers: {err}") from None
+    if arr.dtype == object and arr.size:
+        raise PosencError(f"`{name}` must be an array of numbers, got {positions!r:.60}")
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf" and arr.size:
+        raise PosencError(f"`{name}` must hold integers or real numbers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise PosencError(f"`{name}` must be finite, got a value of {_first_bad(arr)}")
+    if arr.dtype.kind == "f" and arr.dtype.itemsize < 4:
+        arr = arr.astype(np.float32)  # exact: every float16 is a float32
+    return arr, arr.dtype.kind in "iu"
+
+
+def _first_bad(arr: Any) -> str:
+    flat = arr.reshape(-1)
+    bad = ~(flat.isfinite() if is_torch(flat) else np.isfinite(flat))
+    return str(float(flat[bad][0]))
+
+
+def _torch_bool() -> Any:
+    import torch
+
+    return torch.bool
+
+
+def fairseq_positions(tokens: Any, padding_idx: int) -> Any:
+    """fairseq's ``make_positions``: ``padding_idx + 1, +2, …`` over non-pad tokens.
+
+    Pad tokens get ``padding_idx`` (which the ``fairseq`` preset maps to an all-zero row);
+    counting restarts on every row of a ``[batch, seq]`` input.
+
+    Example:
+        >>> fairseq_positions([[5, 6, 7, 1, 1]], padding_idx=1).tolist()
+        [[2, 3, 4, 1, 1]]
+    """
+    t, integral = as_positions(tokens, "tokens")
+    if not integral:
+        raise PosencError(f"`tokens` must be integer token ids, got {t.dtype}")
+    mask = t != padding_idx
+    if is_torch(t):
+        return (mask.long().cumsum(-1) * mask + padding_idx).long()
+    return np.cumsum(mask, axis=-1, dtype=np.int64) * mask + padding_idx
