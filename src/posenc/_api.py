@@ -105,8 +105,9 @@ def encode(
         dim: number of channels.
         preset: any preset name.
         dtype: output dtype; default float32 (NumPy) or torch's default dtype.
-        ndim: number of axes, for presets that take any (``t2t-nd``, ``tatp22``, ``nerf``);
-            default 1.
+        ndim: number of axes, for presets that take any (``t2t-nd``, ``tatp22``, ``nerf``).
+            When given, ``positions`` has a last axis of ``ndim`` coordinates; when not,
+            such presets encode scalar positions like a 1D preset.
         **options: the preset's options.
 
     Returns:
@@ -121,13 +122,14 @@ def encode(
     enc = p.resolve(options, grid=False)
     dim = check_int("dim", dim, minimum=1)
     k = _axes(p, ndim)
+    coords = k > 1 or ndim is not None
     x, integral = as_positions(positions)
-    if k > 1 and (x.ndim == 0 or x.shape[-1] != k):
+    if coords and (x.ndim == 0 or x.shape[-1] != k):
         raise PosencError(
             f"`positions` must have a last axis of {k} coordinates for preset {p.name!r}, "
             f"got shape {tuple(x.shape)}"
         )
-    lead = tuple(x.shape[:-1]) if k > 1 else tuple(x.shape)
+    lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
     pl = plan(enc, dim, k, p.name)
     bk = backend_for(dtype, None, like=x)
     flat = x.reshape(-1, k)
@@ -259,12 +261,10 @@ def detr(
     x = np.cumsum(filled, axis=2, dtype=np.int64)
     coords: np.ndarray = np.stack([y, x], axis=-1)
     if normalize:
-        coords = np.stack(
-            [y / (y[:, -1:, :] + 1e-6), x / (x[:, :, -1:] + 1e-6)], axis=-1
-        )
+        coords = np.stack([y / (y[:, -1:, :] + 1e-6), x / (x[:, :, -1:] + 1e-6)], axis=-1)
     bk = backend_for(dtype, mask.device if torch_in else None, like=mask if torch_in else None)
     flat = coords.reshape(-1, 2)
-    out = bk.empty((flat.shape[0], dim))
+    out: Any = bk.empty((flat.shape[0], dim))
     fill_points(bk, out, pl, flat, integral=not normalize)
     b, h, w = m.shape
     out = out.reshape(b, h, w, dim)

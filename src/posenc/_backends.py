@@ -149,11 +149,9 @@ def backend_for(dtype: Any = None, device: Any = None, like: Any = None) -> Back
     if wants_torch:
         if torch is None:
             try:
-                import torch  # noqa: F811  (the caller asked for a device)
+                import torch
             except ImportError:  # pragma: no cover - depends on the environment
-                raise PosencError(
-                    "`device` needs PyTorch: pip install 'posenc[torch]'"
-                ) from None
+                raise PosencError("`device` needs PyTorch: pip install 'posenc[torch]'") from None
         if device is None:
             device = like.device if is_torch(like) else torch.device("cpu")
         device = torch.device(device)
@@ -192,6 +190,5 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
         else ""
     )
     raise PosencError(
-        "`dtype` must be one of float16, float32, float64 for NumPy output"
-        f"{hint}, got {dtype!r}"
+        f"`dtype` must be one of float16, float32, float64 for NumPy output{hint}, got {dtype!r}"
     )

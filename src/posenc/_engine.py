@@ -90,8 +90,15 @@ def points_basis(
         yield lo, hi, bk.product(bk.take(coarse, part // period), bk.take(fine, part % period))
 
 
-def _store(bk: Backend, out: Any, index: tuple[Any, ...], ap: AxisPlan, basis: Any,
-           shape: tuple[int, ...], x: Any) -> None:
+def _store(
+    bk: Backend,
+    out: Any,
+    index: tuple[Any, ...],
+    ap: AxisPlan,
+    basis: Any,
+    shape: tuple[int, ...],
+    x: Any,
+) -> None:
     """Write one chunk of an axis's basis into its output channels."""
     basis = bk.rounded(basis)
     for run in ap.runs:

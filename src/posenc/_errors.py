@@ -28,9 +28,7 @@ def check_int(name: str, value: Any, *, minimum: int | None = 0) -> int:
     return int(value)
 
 
-def check_real(
-    name: str, value: Any, *, positive: bool = False, nonzero: bool = False
-) -> float:
+def check_real(name: str, value: Any, *, positive: bool = False, nonzero: bool = False) -> float:
     """`value` as a finite float (optionally > 0, or != 0)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PosencError(f"`{name}` must be a real number, got {value!r}")

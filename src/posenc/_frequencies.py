@@ -51,8 +51,6 @@ def frequencies(
     if n == 0:
         return k
     if not den > 0:
-        raise PosencError(
-            f"the frequency denominator width/2 - shift must be > 0, got {den:g}"
-        )
+        raise PosencError(f"the frequency denominator width/2 - shift must be > 0, got {den:g}")
     ratio = base / min_timescale
     return min_timescale * np.exp(k * (-np.log(ratio) / den))

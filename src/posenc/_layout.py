@@ -166,9 +166,7 @@ def plan(enc: Encoding, dim: int, ndim: int, who: str) -> Plan:
                 f"dim={dim} gives n={n_sin}{_smallest(enc, dim, ndim, who)}"
             )
         omegas.append(
-            frequencies(
-                enc.spacing, n_sin, den=den, base=enc.base, min_timescale=enc.min_timescale
-            )
+            frequencies(enc.spacing, n_sin, den=den, base=enc.base, min_timescale=enc.min_timescale)
         )
         counts.append((n_sin, n_cos))
         first.append(total)
@@ -203,9 +201,7 @@ def plan(enc: Encoding, dim: int, ndim: int, who: str) -> Plan:
     else:
         raise PosencError(f"unknown layout {enc.layout!r}")
     src = src[:dim] + [ZERO] * (dim - len(src))
-    axis = np.concatenate(
-        [np.full(counts[b][0], order[b], dtype=np.int64) for b in range(nb)]
-    )
+    axis = np.concatenate([np.full(counts[b][0], order[b], dtype=np.int64) for b in range(nb)])
     omega = np.concatenate(omegas) * enc.scale
     return Plan(dim, ndim, omega, axis, np.asarray(src, dtype=np.int64))
 

@@ -71,7 +71,7 @@ def as_positions(positions: Any, name: str = "positions") -> tuple[Any, bool]:
         raise PosencError(f"`{name}` must be an array of numbers: {err}") from None
     if arr.dtype == object and arr.size:
         raise PosencError(f"`{name}` must be an array of numbers, got {positions!r:.60}")
-    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf" and arr.size:
+    if arr.dtype.kind == "b" or (arr.dtype.kind not in "iuf" and arr.size):
         raise PosencError(f"`{name}` must hold integers or real numbers, got dtype {arr.dtype}")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise PosencError(f"`{name}` must be finite, got a value of {_first_bad(arr)}")

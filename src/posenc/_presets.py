@@ -113,7 +113,7 @@ MAE_CLS = Option(
     grid_only=True,
 )
 
-_2D = dict(ndim=2, layout="halves", widths="exact")
+_2D = {"ndim": 2, "layout": "halves", "widths": "exact"}
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -141,7 +141,11 @@ PRESETS: dict[str, Preset] = {
             "fairseq modules.SinusoidalPositionalEmbedding.get_embedding",
             "the tensor2tensor table; row padding_idx is all zero",
             Encoding(shift=1.0, layout="halves", widths="floor"),
-            {"padding_idx": Option("position whose row is zero (None)", _index, _set("padding_idx"))},
+            {
+                "padding_idx": Option(
+                    "position whose row is zero (None)", _index, _set("padding_idx")
+                )
+            },
             "row p encodes position p; fairseq numbers tokens from padding_idx + 1 "
             "(see posenc.fairseq_positions) and maps pads to the zero row; odd widths get one "
             "zero channel appended; dim must give n >= 2 frequencies (n - 1 is a divisor)",
@@ -199,7 +203,9 @@ PRESETS: dict[str, Preset] = {
                 "cls_token": Option(
                     "prepend extra_tokens zero rows, only with extra_tokens > 0 (False)",
                     check_bool,
-                    lambda enc, v, o: enc.replace(extra_tokens=o.get("extra_tokens", 0) if v else 0),
+                    lambda enc, v, o: enc.replace(
+                        extra_tokens=o.get("extra_tokens", 0) if v else 0
+                    ),
                     grid_only=True,
                 ),
                 "extra_tokens": Option(

@@ -1,0 +1,241 @@
+"""Every preset against an independent float64 reference of its original."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import posenc
+from tests import reference as ref
+
+F64 = {"dtype": np.float64}
+TOL64 = 1e-10  # float64 output vs float64 reference (different but exact-in-spirit formulas)
+TOL32 = 1e-7  # float32 output: the issue's bound
+
+
+def close(ours: np.ndarray, want: np.ndarray, tol: float = TOL64) -> None:
+    assert ours.shape == want.shape
+    err = np.abs(np.asarray(ours, dtype=np.float64) - want).max(initial=0.0)
+    assert err <= tol, f"max error {err:.3g} > {tol:g}"
+
+
+@pytest.mark.parametrize("d", [2, 6, 64, 512])
+@pytest.mark.parametrize("offset", [0, 7])
+def test_vaswani(d, offset):
+    close(posenc.table(300, d, offset=offset, **F64), ref.vaswani(300, d, offset=offset))
+    close(posenc.table(300, d, offset=offset), ref.vaswani(300, d, offset=offset), TOL32)
+
+
+def test_vaswani_base():
+    close(posenc.table(50, 16, base=100.0, **F64), ref.vaswani(50, 16, base=100.0))
+
+
+@pytest.mark.parametrize("d", [2, 3, 4, 5, 17, 64, 65])
+def test_tensor2tensor(d):
+    want = ref.t2t_1d(100, d, 1.0, 1e4, 3)
+    close(posenc.table(100, d, preset="tensor2tensor", offset=3, **F64), want)
+
+
+def test_tensor2tensor_min_timescale_multiplies():
+    # the quirk: frequencies are *multiplied* by min_timescale
+    want = ref.t2t_1d(100, 64, 2.0, 500.0, 0)
+    got = posenc.table(
+        100, 64, preset="tensor2tensor", min_timescale=2.0, max_timescale=500.0, **F64
+    )
+    close(got, want)
+    assert got[1, 0] == pytest.approx(np.sin(2.0), abs=1e-15)
+
+
+@pytest.mark.parametrize("d", [4, 17, 64, 1024])
+@pytest.mark.parametrize("padding_idx", [None, 0, 1, 5])
+def test_fairseq(d, padding_idx):
+    kw = {} if padding_idx is None else {"padding_idx": padding_idx}
+    got = posenc.table(64, d, preset="fairseq", **kw, **F64)
+    close(got, ref.fairseq(64, d, padding_idx))
+    if padding_idx is not None:
+        assert not got[padding_idx].any()
+
+
+def test_fairseq_positions_and_encode():
+    tokens = np.array([[5, 6, 7, 1, 1], [1, 9, 9, 9, 9]])
+    pos = posenc.fairseq_positions(tokens, padding_idx=1)
+    assert pos.tolist() == [[2, 3, 4, 1, 1], [1, 2, 3, 4, 5]]
+    got = posenc.encode(pos, 16, preset="fairseq", padding_idx=1, **F64)
+    table = ref.fairseq(10, 16, 1)
+    close(got, table[pos])
+
+
+@pytest.mark.parametrize("d", [4, 384, 1280])
+def test_whisper(d):
+    close(posenc.table(1500, d, preset="whisper", **F64), ref.whisper(1500, d), 1e-9)
+
+
+def test_whisper_equals_fairseq_bit_for_bit():
+    a = posenc.table(1500, 384, preset="whisper")
+    b = posenc.table(1500, 384, preset="fairseq")
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("d", [1, 2, 7, 16, 33])
+def test_marian(d):
+    close(posenc.table(40, d, preset="marian", **F64), ref.marian(40, d))
+
+
+@pytest.mark.parametrize("d", [5, 8, 320, 321])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"flip_sin_to_cos": True, "downscale_freq_shift": 0},
+        {"flip_sin_to_cos": True, "downscale_freq_shift": 1, "scale": 1000.0, "max_period": 500},
+    ],
+)
+def test_timestep(d, kw):
+    t = np.array([0.0, 1.0, 17.5, 999.0, 0.25])
+    close(posenc.encode(t, d, preset="timestep", **kw, **F64), ref.timestep(t, d, **kw), 1e-9)
+
+
+def test_timestep_narrowest_width_with_paper_spacing():
+    t = np.array([0.0, 3.0, 41.5])
+    got = posenc.encode(t, 3, preset="timestep", downscale_freq_shift=0, **F64)
+    close(got, ref.timestep(t, 3, downscale_freq_shift=0))
+
+
+@pytest.mark.parametrize("shape", [(14, 14), (3, 5), (1, 1)])
+@pytest.mark.parametrize("cls", [False, True])
+def test_mae(shape, cls):
+    got = posenc.grid(shape, 64, preset="mae", cls_token=cls, **F64)
+    close(got, ref.mae(64, shape, cls))
+
+
+def test_mae_square_int_and_default_preset():
+    close(posenc.grid(14, 768, **F64), ref.mae(768, 14))
+
+
+@pytest.mark.parametrize("shape", [(16, 16), (8, 12), (32, 32)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"interpolation_scale": 2.0, "base_size": 8},
+        {"cls_token": True, "extra_tokens": 2},
+        {"cls_token": True},
+    ],
+)
+def test_diffusers_2d(shape, kw):
+    got = posenc.grid(shape, 32, preset="diffusers-2d", **kw, **F64)
+    close(got, ref.diffusers_2d(32, shape, **kw))
+
+
+def test_diffusers_2d_equals_mae_at_base_size():
+    a = posenc.grid((16, 16), 64, preset="diffusers-2d", base_size=16)
+    assert np.array_equal(a, posenc.grid((16, 16), 64, preset="mae"))
+
+
+@pytest.mark.parametrize("thw", [(4, 6, 5), (1, 3, 3)])
+@pytest.mark.parametrize(
+    "kw", [{}, {"spatial_interpolation_scale": 1.875, "temporal_interpolation_scale": 2.0}]
+)
+def test_diffusers_3d(thw, kw):
+    t, h, w = thw
+    got = posenc.grid((t, h, w), 64, preset="diffusers-3d", **kw, **F64)
+    want = ref.diffusers_3d(64, (w, h), t, **kw)
+    close(got.reshape(t, h * w, 64), want)
+
+
+@pytest.mark.parametrize("shape", [(7, 7), (4, 9)])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("interleave", [False, True])
+def test_timm_2d(shape, reverse, interleave):
+    got = posenc.grid(
+        shape,
+        32,
+        preset="timm-2d",
+        reverse_coord=reverse,
+        interleave_sin_cos=interleave,
+        temperature=1000.0,
+        **F64,
+    )
+    close(got, ref.timm_2d(shape, 32, 1000.0, reverse, interleave))
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (20, 20)])
+def test_hf_2d(shape):
+    got = posenc.grid(shape, 64, preset="hf-2d", **F64)
+    close(got, ref.hf_2d(*shape, embed_dim=64))
+
+
+def _mask(rng, b, h, w):
+    mask = np.zeros((b, h, w), dtype=bool)
+    for i in range(b):  # DETR pads bottom and right
+        mask[i, rng.integers(1, h + 1) :, :] = True
+        mask[i, :, rng.integers(1, w + 1) :] = True
+    return mask
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("dim", [8, 256])
+def test_detr(normalize, dim):
+    mask = _mask(np.random.default_rng(0), 3, 9, 13)
+    got = posenc.detr(mask, dim, normalize=normalize, dtype=np.float64)
+    close(got, ref.detr(mask, dim // 2, normalize=normalize), 1e-9)
+
+
+def test_detr_grid_equals_unpadded_mask():
+    mask = np.zeros((1, 6, 7), dtype=bool)
+    for normalize in (False, True):
+        full = posenc.detr(mask, 64, normalize=normalize, scale=None, dtype=np.float64)
+        got = posenc.grid((6, 7), 64, preset="detr", normalize=normalize, **F64)
+        close(got, full[0].reshape(64, -1).T, 1e-12)
+
+
+@pytest.mark.parametrize("shape", [(9,), (5, 6), (3, 4, 5)])
+@pytest.mark.parametrize("d", [12, 13, 30, 64])
+def test_t2t_nd(shape, d):
+    close(posenc.grid(shape, d, preset="t2t-nd", **F64), ref.t2t_nd(shape, d))
+
+
+@pytest.mark.parametrize("shape", [(9,), (5, 6), (3, 4, 5)])
+@pytest.mark.parametrize("d", [1, 7, 10, 30, 64])
+def test_tatp22(shape, d):
+    close(posenc.grid(shape, d, preset="tatp22", **F64), ref.tatp22(shape, d))
+
+
+def test_tatp22_table_is_its_1d():
+    close(posenc.table(20, 9, preset="tatp22", **F64), ref.tatp22((20,), 9))
+
+
+@pytest.mark.parametrize("nd", [1, 3])
+@pytest.mark.parametrize("levels", [1, 4, 10])
+def test_nerf(nd, levels):
+    x = np.random.default_rng(1).uniform(-1, 1, size=(50, nd))
+    got = posenc.encode(x, nd * (1 + 2 * levels), preset="nerf", ndim=nd, **F64)
+    close(got, ref.nerf(x, levels))
+    got = posenc.encode(x, nd * 2 * levels, preset="nerf", ndim=nd, include_input=False, **F64)
+    close(got, ref.nerf(x, levels, include_input=False))
+
+
+def test_every_preset_is_tested_and_documented():
+    tested = {
+        "vaswani",
+        "tensor2tensor",
+        "fairseq",
+        "whisper",
+        "marian",
+        "timestep",
+        "mae",
+        "diffusers-2d",
+        "diffusers-3d",
+        "timm-2d",
+        "hf-2d",
+        "detr",
+        "t2t-nd",
+        "tatp22",
+        "nerf",
+    }
+    assert set(posenc.presets()) == tested
+    for name in posenc.presets():
+        p = posenc.preset(name)
+        assert p.origin
+        assert p.summary
+        assert p.quirks
