@@ -16,7 +16,8 @@ about ``CHUNK`` float64 values, so no temporary is larger than a few hundred KiB
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ import numpy as np
 from ._backends import Backend
 from ._layout import AxisPlan, Plan
 from ._positions import Progression
+
+PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("PROGRESS", default=None)
+"""Set by the command line to draw a progress bar: called with (rows done, rows)."""
 
 CHUNK = 1 << 15  # float64 values of basis per chunk
 DIRECT = 64  # progressions shorter than this are evaluated directly
@@ -116,6 +120,7 @@ def fill_grid(
 ) -> None:
     """Fill ``out`` ``[L_0, …, L_{k-1}, dim]``; position axis ``a`` varies along ``dims[a]``."""
     nd = out.ndim - 1
+    report = PROGRESS.get() if nd == 1 else None
     for ap in plan.axes:
         prog, g = axes[ap.axis], dims[ap.axis]
         for lo, hi, basis in progression_basis(bk, prog, ap.omega):
@@ -123,6 +128,8 @@ def fill_grid(
             shape = tuple(hi - lo if d == g else 1 for d in range(nd))
             x = bk.f64(prog.values()[lo:hi]) if ap.identity else None
             _store(bk, out, index, ap, basis, shape, x)
+            if report is not None:
+                report(hi, prog.length)
     for j in plan.zeros:
         out[..., j] = 0
 

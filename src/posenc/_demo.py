@@ -1,0 +1,109 @@
+"""``posenc demo``: a few figures on built-in defaults, and what they show, in numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import _api, _plots
+from ._errors import PosencError
+from ._io import atomic, need
+
+FIGURES = ("curves.png", "heatmap.png", "similarity.png", "patch.png", "accuracy.png")
+
+
+def _float32_tutorial(positions: np.ndarray, d: int) -> np.ndarray:
+    """The PyTorch-tutorial recipe as most copies run it: everything in float32."""
+    pos = positions.astype(np.float32)[:, None]
+    div = np.exp(np.arange(0, d, 2, dtype=np.float32) * np.float32(-np.log(10000.0) / d))
+    angle = pos * div
+    out = np.empty((len(positions), d), dtype=np.float32)
+    out[:, 0::2] = np.sin(angle)
+    out[:, 1::2] = np.cos(angle)
+    return out
+
+
+def _exact(positions: np.ndarray, d: int) -> np.ndarray:
+    """float64 from the formula, angles reduced exactly for integer positions."""
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    angle = positions.astype(np.float64)[:, None] * omega
+    out = np.empty((len(positions), d))
+    out[:, 0::2] = np.sin(angle)
+    out[:, 1::2] = np.cos(angle)
+    return out
+
+
+def run(out_dir: Path, *, force: bool) -> int:
+    need("matplotlib", "plot", "posenc demo")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / name for name in FIGURES]
+    clash = [str(p) for p in paths if p.exists()]
+    if clash and not force:
+        raise PosencError(f"{clash[0]!r} exists; pass --force to overwrite, or --out DIR")
+    lines = []
+
+    pe = _api.table(100, 64, dtype=np.float64)
+    figs = {"curves.png": _plots.curves(pe, [4, 5, 6, 7], "vaswani: channels 4-7, d=64")}
+    lines.append(
+        "curves.png: channels 4-7 of the paper's encoding (d=64) over 100 positions; channel 4 "
+        f"has period {2 * np.pi / 10000 ** (-4 / 64):.1f} positions, channel 6 "
+        f"{2 * np.pi / 10000 ** (-6 / 64):.1f}"
+    )
+
+    heat = _api.table(256, 128, preset="whisper", dtype=np.float64)
+    figs["heatmap.png"] = _plots.heatmap(heat, "whisper: [sin | cos] halves, 256 x 128")
+    lines.append("heatmap.png: Whisper's table, sines in channels 0-63 and cosines in 64-127")
+
+    tables = {
+        name: _api.table(512, 128, preset=name, dtype=np.float64)
+        for name in ("vaswani", "whisper", "tatp22")
+    }
+    figs["similarity.png"] = _plots.similarity(tables, "similarity of two positions by distance")
+    sim = {k: _plots.similarity_by_distance(v) for k, v in tables.items()}
+    lines.append(
+        "similarity.png: cos-similarity of PE(p) and PE(p+k) depends on k alone; at k=10 it is "
+        + ", ".join(f"{k} {s[10]:.3f}" for k, s in sim.items())
+        + "; at k=100 "
+        + ", ".join(f"{k} {s[100]:.3f}" for k, s in sim.items())
+    )
+
+    grid = _api.grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
+    figs["patch.png"] = _plots.patch_similarity(grid, (14, 14), (7, 7), "mae 14x14: cell (7, 7)")
+    body = grid[1:]
+    ref = body[7 * 14 + 7]
+    nb = body @ ref / (np.linalg.norm(body, axis=1) * np.linalg.norm(ref))
+    lines.append(
+        "patch.png: MAE 14x14 grid (d=768); cell (7,7) vs its right neighbour "
+        f"{nb[7 * 14 + 8]:.3f}, "
+        f"vs cell (7,13) {nb[7 * 14 + 13]:.3f}, vs corner (0,0) {nb[0]:.3f}"
+    )
+
+    starts = np.array([10, 100, 1_000, 10_000, 100_000, 1_000_000, 2**24 - 64])
+    errors: dict[str, list[float]] = {"float32 tutorial recipe": [], "posenc float32": []}
+    for s in starts:
+        positions = s + np.arange(64)
+        exact = _exact(positions, 512)
+        errors["float32 tutorial recipe"].append(
+            float(np.abs(_float32_tutorial(positions, 512) - exact).max())
+        )
+        errors["posenc float32"].append(
+            float(np.abs(_api.encode(positions, 512).astype(np.float64) - exact).max())
+        )
+    figs["accuracy.png"] = _plots.error_by_position(
+        {k: (starts, np.array(v)) for k, v in errors.items()}, "max error of a float32 table, d=512"
+    )
+    tut, ours = errors["float32 tutorial recipe"], errors["posenc float32"]
+    lines.append(
+        f"accuracy.png: near position 1e5 a float32 recipe errs by {tut[4]:.1e}, posenc by "
+        f"{ours[4]:.1e}; near 2^24 by {tut[-1]:.1e} vs {ours[-1]:.1e}"
+    )
+
+    for name, fig in figs.items():
+        path = out_dir / name
+        with atomic(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=100)
+    print(f"posenc demo: wrote {len(figs)} figures to {out_dir}/")
+    for line in lines:
+        print(f"  {line}")
+    return 0

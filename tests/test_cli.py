@@ -1,0 +1,320 @@
+"""The posenc command, run as a user would: a subprocess, exit codes, files read back."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import posenc
+from tests import reference as ref
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "posenc.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+def test_help_is_light():
+    code = (
+        "import sys, posenc.cli; print(sorted(m for m in ('torch', 'matplotlib', "
+        "'safetensors') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    proc = run("--help")
+    assert proc.returncode == 0
+    assert "identify" in proc.stdout
+
+
+def test_presets_lists_every_preset_with_origin():
+    proc = run("presets", "-v")
+    assert proc.returncode == 0
+    for name in posenc.presets():
+        assert f"\n{name} " in "\n" + proc.stdout
+        assert posenc.preset(name).origin in proc.stdout
+
+
+@pytest.mark.parametrize("fmt", ["npy", "csv", "json", "pt", "safetensors"])
+def test_table_formats_read_back(tmp_path, fmt):
+    path = tmp_path / f"pe.{fmt}"
+    proc = run("table", "whisper", "--length", "300", "--dim", "64", "-o", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # quiet when not a terminal
+    want = posenc.table(300, 64, preset="whisper")
+    if fmt == "npy":
+        got = np.load(path)
+    elif fmt == "csv":
+        got = np.loadtxt(path, delimiter=",", dtype=np.float32)
+    elif fmt == "json":
+        doc = json.loads(path.read_text())
+        assert doc["shape"] == [300, 64]
+        assert doc["preset"] == "whisper"
+        got = np.array(doc["data"], dtype=np.float32)
+    elif fmt == "pt":
+        torch = pytest.importorskip("torch")
+        got = torch.load(path, weights_only=True).numpy()
+    else:
+        st = pytest.importorskip("safetensors.numpy")
+        got = st.load_file(str(path))["pe"]
+    assert np.array_equal(got, want)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_table_grid_offset_dtype_and_options(tmp_path):
+    path = tmp_path / "g.npy"
+    proc = run(
+        "table",
+        "mae",
+        "--grid",
+        "6,7",
+        "--dim",
+        "32",
+        "--dtype",
+        "float64",
+        "--set",
+        "cls_token=true",
+        "-o",
+        str(path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert np.abs(np.load(path) - ref.mae(32, (6, 7), True)).max() < 1e-10
+    path = tmp_path / "t.npy"
+    proc = run(
+        "table",
+        "tensor2tensor",
+        "--length",
+        "50",
+        "--dim",
+        "17",
+        "--offset",
+        "3",
+        "--set",
+        "max_timescale=500",
+        "--dtype",
+        "float16",
+        "-o",
+        str(path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(path)
+    assert got.dtype == np.float16
+    assert np.array_equal(got, ref.t2t_1d(50, 17, 1.0, 500.0, 3).astype(np.float16))
+
+
+def test_table_bfloat16_safetensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.torch")
+    path = tmp_path / "pe.safetensors"
+    proc = run(
+        "table",
+        "vaswani",
+        "--length",
+        "64",
+        "--dim",
+        "32",
+        "--dtype",
+        "bfloat16",
+        "--name",
+        "encoder.pe",
+        "-o",
+        str(path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = st.load_file(str(path))["encoder.pe"]
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, posenc.table(64, 32, dtype=torch.bfloat16))
+
+
+def test_never_overwrites_without_force(tmp_path):
+    path = tmp_path / "pe.npy"
+    path.write_bytes(b"precious")
+    proc = run("table", "vaswani", "-o", str(path))
+    assert_one_line_error(proc, "exists", "--force")
+    assert path.read_bytes() == b"precious"
+    proc = run("table", "vaswani", "-o", str(path), "--force")
+    assert proc.returncode == 0
+    assert np.load(path).shape == (128, 128)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["table", "vasvani", "-o", "x.npy"], ["unknown preset", "'vaswani'"]),
+        (["table", "vaswani", "--dim", "7", "-o", "x.npy"], ["`dim`", "multiple of 2", "7"]),
+        (["table", "vaswani", "--set", "bse=3", "-o", "x.npy"], ["`bse`", "'base'"]),
+        (["table", "vaswani", "--set", "nokey", "-o", "x.npy"], ["key=value"]),
+        (["table", "vaswani", "-o", "x.txt"], ["`--format`", "npy"]),
+        (["table", "vaswani", "--dim", "x", "-o", "x.npy"], ["--dim", "invalid int"]),
+        (["table", "vaswani"], ["-o/--output"]),
+        (["table", "mae", "--grid", "a,b", "-o", "x.npy"], ["`--grid`", "'a,b'"]),
+        (["plot", "vaswani", "-o", "x.gif"], ["`--output`", ".png or .svg"]),
+        (["plot", "vaswani", "--kind", "patch", "-o", "x.png"], ["--kind patch", "2D"]),
+        (["plot", "vaswani", "--dims", "4,999", "-o", "x.png"], ["`--dims`", "999"]),
+        (["identify", "missing.npy"], ["does not exist"]),
+        (["frobnicate"], ["invalid choice"]),
+    ],
+)
+def test_bad_arguments_one_line_exit_2(tmp_path, args, fragments):
+    proc = run(*args, cwd=tmp_path)
+    assert_one_line_error(proc, *fragments)
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+@pytest.mark.parametrize(
+    ("args", "labels"),
+    [
+        (["vaswani", "--kind", "curves", "--dims", "0,1,6"], ["position", "channel 6"]),
+        (["whisper", "--kind", "heatmap"], ["position", "channel"]),
+        (["fairseq", "--kind", "similarity"], ["distance k between positions"]),
+        (["mae", "--kind", "patch", "--grid", "8,10", "--dim", "64"], ["column", "row"]),
+    ],
+)
+def test_plot_png_and_svg(tmp_path, args, labels):
+    pytest.importorskip("matplotlib")
+    png, svg = tmp_path / "f.png", tmp_path / "f.svg"
+    assert run("plot", *args, "-o", str(png)).returncode == 0
+    w, h = _png_size(png)
+    assert w > 300
+    assert h > 200
+    proc = run("plot", *args, "-o", str(svg))
+    assert proc.returncode == 0, proc.stderr
+    text = svg.read_text()
+    for label in labels:
+        assert label in text, label
+    assert args[0] in text  # the title names the preset
+
+
+def test_demo_writes_figures_and_summary(tmp_path):
+    pytest.importorskip("matplotlib")
+    proc = run("demo", "--out", str(tmp_path / "d"))
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in (tmp_path / "d").iterdir())
+    assert names == sorted(
+        ["curves.png", "heatmap.png", "similarity.png", "patch.png", "accuracy.png"]
+    )
+    for name in names:
+        _png_size(tmp_path / "d" / name)
+    assert "accuracy.png" in proc.stdout
+    assert "posenc by" in proc.stdout
+    again = run("demo", "--out", str(tmp_path / "d"))
+    assert_one_line_error(again, "exists", "--force")
+
+
+# identify: tables as the originals write them (float32 arithmetic, checkpoint dtypes)
+
+
+def _whisper_float32(length: int, channels: int):
+    torch = pytest.importorskip("torch")
+    inc = np.log(10000) / (channels // 2 - 1)
+    inv = torch.exp(-inc * torch.arange(channels // 2))
+    scaled = torch.arange(length)[:, None] * inv[None, :]
+    return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
+
+
+def test_identify_whisper_buffer_in_pt(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "encoder.pt"
+    state = {
+        "encoder.positional_embedding": _whisper_float32(1500, 384),
+        "encoder.conv1.weight": torch.randn(384, 80, 3),
+    }
+    torch.save(state, path)
+    proc = run("identify", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "'whisper'" in proc.stdout
+    assert "fairseq" in proc.stdout  # the same numbers
+    assert "posenc.table(1500, 384, preset='whisper')" in proc.stdout
+
+
+def test_identify_fairseq_with_pad_row_safetensors(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    table = ref.fairseq(130, 64, padding_idx=1).astype(np.float32)
+    path = tmp_path / "m.safetensors"
+    st.save_file({"decoder.embed_positions.weights": table}, str(path))
+    proc = run("identify", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "padding_idx=1" in proc.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_identify_mae_with_class_row_in_16_bits(tmp_path, dtype):
+    torch = pytest.importorskip("torch")
+    table = torch.from_numpy(ref.mae(192, 14, cls_token=True)).to(getattr(torch, dtype))
+    path = tmp_path / "vit.pt"
+    torch.save({"pos_embed": table[None]}, path)
+    proc = run("identify", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "'mae'" in proc.stdout
+    assert "cls_token=True" in proc.stdout
+    assert dtype in proc.stdout
+
+
+def test_identify_timm_reverse_coord_npy(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, ref.timm_2d((6, 8), 64, reverse_coord=True).astype(np.float32))
+    proc = run("identify", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "reverse_coord=True" in proc.stdout
+
+
+def test_identify_says_plainly_a_learned_table_is_not_sinusoidal(tmp_path):
+    rng = np.random.default_rng(0)
+    learned = ref.vaswani(197, 64) + rng.normal(0, 0.2, (197, 64))
+    path = tmp_path / "learned.npy"
+    np.save(path, learned.astype(np.float32))
+    proc = run("identify", str(path))
+    assert proc.returncode == 1
+    assert "not a known sinusoidal encoding" in proc.stdout
+    assert "closest: posenc.table(197, 64, preset='vaswani')" in proc.stdout
+
+
+def test_identify_needs_name_when_ambiguous(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    path = tmp_path / "two.safetensors"
+    st.save_file({"a": np.zeros((4, 8), np.float32), "b": np.ones((5, 8), np.float32)}, str(path))
+    assert_one_line_error(run("identify", str(path)), "--name", "a, b")
+    assert_one_line_error(run("identify", str(path), "--name", "c"), "'c'", "a, b")
+
+
+def test_progress_bar_only_on_a_terminal_after_a_second(monkeypatch, capsys):
+    from posenc import cli
+
+    clock = iter([0.0, 0.5, 2.0, 3.0])
+    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = cli._Bar("job")
+    bar(10, 100)  # 0.5 s: nothing yet
+    assert capsys.readouterr().err == ""
+    bar(50, 100)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "50.0%" in err
+    assert err.endswith("\n")
+    assert math.isclose(err.count("#"), 15)
