@@ -10,6 +10,7 @@ Every value is the exact encoding (angles in float64) rounded once to the output
 """
 
 from ._api import detr, encode, grid, preset, presets, table
+from ._backends import get_num_threads, set_num_threads
 from ._errors import PosencError
 from ._positions import fairseq_positions
 from ._presets import Preset
@@ -24,8 +25,10 @@ __all__ = [
     "detr",
     "encode",
     "fairseq_positions",
+    "get_num_threads",
     "grid",
     "preset",
     "presets",
+    "set_num_threads",
     "table",
 ]

@@ -13,14 +13,57 @@ not (double rounding).
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ._errors import PosencError
+from ._errors import PosencError, check_int
 
 _NUMPY_FLOATS = ("float16", "float32", "float64")
+
+
+def _default_threads() -> int:
+    """``POSENC_NUM_THREADS``, else 1: the table path is memory-bound, and on the 2-vCPU
+    machines this is measured on, threads made it slower (see BENCHMARKS.md)."""
+    env = os.environ.get("POSENC_NUM_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    return 1
+
+
+_threads = _default_threads()
+_pool: ThreadPoolExecutor | None = None
+
+
+def set_num_threads(n: int) -> None:
+    """Threads the NumPy path uses for large tables (default ``POSENC_NUM_THREADS`` or 1).
+    The PyTorch path follows ``torch.set_num_threads``."""
+    global _threads, _pool
+    _threads = check_int("n", n, minimum=1)
+    if _pool is not None:
+        _pool.shutdown()
+        _pool = None
+
+
+def get_num_threads() -> int:
+    """Threads the NumPy path uses."""
+    return _threads
+
+
+def _run_threads(work: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
+    global _pool
+    if _threads == 1 or len(ranges) < 4:
+        for lo, hi in ranges:
+            work(lo, hi)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_threads, thread_name_prefix="posenc")
+    for future in [_pool.submit(work, lo, hi) for lo, hi in ranges]:
+        future.result()
 
 
 def _torch() -> Any:
@@ -34,10 +77,18 @@ def is_torch(x: object) -> bool:
 
 class NumpyBackend:
     name = "numpy"
+    chunk = 1 << 16  # float64 values per chunk: 512 KiB, in cache
 
     def __init__(self, dtype: np.dtype) -> None:
         self.dtype = dtype
         self.sixteen = dtype.itemsize == 2
+
+    def rows_per_chunk(self, n: int) -> int:
+        return max(1, self.chunk // max(1, 2 * n))
+
+    def run(self, work: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
+        """Run ``work`` on every row range (on threads: NumPy releases the GIL)."""
+        _run_threads(work, ranges)
 
     def empty(self, shape: tuple[int, ...]) -> np.ndarray:
         return np.empty(shape, dtype=self.dtype)
@@ -48,18 +99,25 @@ class NumpyBackend:
     def f64(self, x: Any) -> np.ndarray:
         return np.asarray(x, dtype=np.float64)
 
-    def sincos(self, theta: np.ndarray) -> np.ndarray:
-        """[..., n] angles -> [..., 2n] float64 with sin at even and cos at odd columns."""
-        out = np.empty((*theta.shape, 2), dtype=np.float64)
-        np.sin(theta, out=out[..., 0])
-        np.cos(theta, out=out[..., 1])
-        return out.reshape(*theta.shape[:-1], -1)
+    @property
+    def basis_dtype(self) -> np.dtype:
+        """dtype of the basis before it reaches the output: float64 where 16-bit output
+        needs rounding to odd first, else the output dtype (one rounding, fused)."""
+        return np.dtype(np.float64) if self.sixteen else self.dtype
+
+    def temp(self, rows: int, width: int) -> np.ndarray:
+        return np.empty((rows, width), dtype=self.basis_dtype)
+
+    def sincos(self, theta: np.ndarray, into: np.ndarray) -> None:
+        """``into[:, 2i] = sin(theta[:, i])``, ``into[:, 2i+1] = cos``, rounded once."""
+        np.sin(theta, out=into[:, 0::2], casting="same_kind")
+        np.cos(theta, out=into[:, 1::2], casting="same_kind")
 
     def phasors(self, theta: np.ndarray, *, coarse: bool) -> np.ndarray:
         """Complex factors whose products are ``sin + i cos`` of summed angles.
 
         coarse: ``i * exp(-i theta) = sin + i cos``; fine: ``exp(-i theta)``. Then
-        ``coarse(a) * fine(b) = sin(a + b) + i cos(a + b)``, whose float64 view is the
+        ``coarse(a) * fine(b) = sin(a + b) + i cos(a + b)``, which in memory is the
         interleaved ``[sin, cos]`` basis.
         """
         z = np.empty(theta.shape, dtype=np.complex128)
@@ -72,19 +130,26 @@ class NumpyBackend:
             np.negative(z.imag, out=z.imag)
         return z
 
-    def product(self, coarse: np.ndarray, fine: np.ndarray) -> np.ndarray:
-        return np.multiply(coarse, fine).view(np.float64)
+    def product(self, coarse: np.ndarray, fine: np.ndarray, into: np.ndarray) -> None:
+        """``into`` (``[rows, 2n]``) = the basis of ``coarse * fine``, in float64 then rounded
+        once on the way out (NumPy's buffered casting fuses the two)."""
+        complex_type = np.complex128 if into.dtype == np.float64 else np.complex64
+        np.multiply(coarse, fine, out=into.view(complex_type), casting="same_kind")
 
     def take(self, x: np.ndarray, index: np.ndarray) -> np.ndarray:
         return np.take(x, index, axis=0)
 
-    def rounded(self, x64: np.ndarray) -> np.ndarray:
-        """float64 values ready to be stored with one correct rounding."""
-        return round_to_odd(x64, np) if self.sixteen else x64
+    def gather_rows(self, table: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
+        np.take(table, index, axis=0, out=out, mode="clip")  # "raise" would buffer a copy
+
+    def rounded(self, basis: np.ndarray) -> np.ndarray:
+        """The basis ready to be stored with one correct rounding."""
+        return round_to_odd(basis, np) if self.sixteen else basis
 
 
 class TorchBackend:
     name = "torch"
+    chunk = 1 << 20  # float64 values per chunk: torch's per-call overhead is larger
 
     def __init__(self, dtype: Any, device: Any) -> None:
         self.torch = _torch()
@@ -92,8 +157,22 @@ class TorchBackend:
         self.device = device
         self.sixteen = dtype.itemsize == 2
 
+    def rows_per_chunk(self, n: int) -> int:
+        return max(1, self.chunk // max(1, 2 * n))
+
+    def run(self, work: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
+        """Run ``work`` on every row range, in order (torch ops use its own threads)."""
+        for lo, hi in ranges:
+            work(lo, hi)
+
     def empty(self, shape: tuple[int, ...]) -> Any:
-        return self.torch.empty(shape, dtype=self.dtype, device=self.device)
+        t = self.torch
+        if self.device.type == "cpu" and int(np.prod(shape)) >= 1 << 20:
+            # NumPy backs large arrays with huge pages; torch's CPU allocator does not, and
+            # first-touch page faults then cost more than computing the table
+            raw = np.empty(shape, dtype=f"i{self.dtype.itemsize}")
+            return t.from_numpy(raw).view(self.dtype)
+        return t.empty(shape, dtype=self.dtype, device=self.device)
 
     def zeros(self, shape: tuple[int, ...]) -> Any:
         return self.torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -104,9 +183,17 @@ class TorchBackend:
             return x.to(device=self.device, dtype=t.float64)
         return t.as_tensor(np.asarray(x, dtype=np.float64), device=self.device)
 
-    def sincos(self, theta: Any) -> Any:
-        t = self.torch
-        return t.stack((t.sin(theta), t.cos(theta)), dim=-1).flatten(-2)
+    @property
+    def basis_dtype(self) -> Any:
+        return self.torch.float64 if self.sixteen else self.dtype
+
+    def temp(self, rows: int, width: int) -> Any:
+        return self.torch.empty((rows, width), dtype=self.basis_dtype, device=self.device)
+
+    def sincos(self, theta: Any, into: Any) -> None:
+        pairs = into.view(*theta.shape, 2)
+        pairs[..., 0] = self.torch.sin(theta)
+        pairs[..., 1] = self.torch.cos(theta)
 
     def phasors(self, theta: Any, *, coarse: bool) -> Any:
         t = self.torch
@@ -114,14 +201,20 @@ class TorchBackend:
             return t.complex(t.sin(theta), t.cos(theta))
         return t.complex(t.cos(theta), -t.sin(theta))
 
-    def product(self, coarse: Any, fine: Any) -> Any:
-        return self.torch.view_as_real(coarse * fine).flatten(-2)
+    def product(self, coarse: Any, fine: Any, into: Any) -> None:
+        t = self.torch
+        rows = into.shape[0]
+        t.mul(coarse, fine, out=t.view_as_complex(into.view(rows, -1, 2)))
 
     def take(self, x: Any, index: Any) -> Any:
         return x[self.torch.as_tensor(index, device=x.device)]
 
-    def rounded(self, x64: Any) -> Any:
-        return round_to_odd(x64, self.torch) if self.sixteen else x64
+    def gather_rows(self, table: Any, index: np.ndarray, out: Any) -> None:
+        t = self.torch
+        t.index_select(table, 0, t.as_tensor(index, device=table.device), out=out)
+
+    def rounded(self, basis: Any) -> Any:
+        return round_to_odd(basis, self.torch) if self.sixteen else basis
 
 
 Backend = NumpyBackend | TorchBackend

@@ -10,13 +10,15 @@ grid axes) and integer positions are split as ``x = coarse + fine`` with
 ``O(sqrt(length))`` phasors are evaluated; each output pair is one complex product
 ``(sin c + i cos c) * (cos f - i sin f) = sin(c+f) + i cos(c+f)``, in float64, whose
 rounding error (a few 1e-16) is far below float32's half ulp. Work is done in row chunks of
-about ``CHUNK`` float64 values, so no temporary is larger than a few hundred KiB.
+about ``Backend.chunk`` float64 values (a few hundred KiB for NumPy, a few MiB for
+torch, whose per-call overhead is larger), and NumPy chunks run on ``posenc.get_num_threads()``
+threads.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -29,84 +31,121 @@ from ._positions import Progression
 PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("PROGRESS", default=None)
 """Set by the command line to draw a progress bar: called with (rows done, rows)."""
 
-CHUNK = 1 << 15  # float64 values of basis per chunk
 DIRECT = 64  # progressions shorter than this are evaluated directly
 
+Source = tuple[list[tuple[int, int]], Callable[[int, int, Any], None]]
+"""Row ranges, and a function writing the ``[hi-lo, 2n]`` basis of one range into an array
+(columns ``2i`` sin and ``2i+1`` cos of frequency ``i``), rounded once to its dtype."""
 
-def _rows_per_chunk(n: int) -> int:
-    return max(1, CHUNK // max(1, 2 * n))
+
+def _phasor_range(
+    bk: Backend, start: float, step: float, count: int, w: Any, *, coarse: bool
+) -> Any:
+    """Phasors of angles ``(start + j * step) * w`` for ``j < count``, as ``[count, n]``.
+
+    Long ranges are themselves split (``j = j1 * m + j0``), so only ``O(sqrt(count))``
+    sines are evaluated; each product adds a rounding of 2^-53, far below what matters.
+    """
+    if count <= DIRECT:
+        angles = start + np.arange(count, dtype=np.float64) * step
+        return bk.phasors(bk.f64(angles)[:, None] * w[None, :], coarse=coarse)
+    m = math.isqrt(count - 1) + 1
+    outer = start + np.arange(-(-count // m), dtype=np.float64) * (m * step)
+    inner = np.arange(m, dtype=np.float64) * step
+    hi = bk.phasors(bk.f64(outer)[:, None] * w[None, :], coarse=coarse)
+    lo = bk.phasors(bk.f64(inner)[:, None] * w[None, :], coarse=False)
+    return (hi[:, None, :] * lo[None, :, :]).reshape(-1, hi.shape[-1])[:count]
 
 
-def progression_basis(
-    bk: Backend, prog: Progression, omega: np.ndarray
-) -> Iterator[tuple[int, int, Any]]:
-    """Yield ``(lo, hi, basis)``: float64 ``[hi-lo, 2n]`` sin/cos of rows ``lo:hi``."""
+def progression_source(bk: Backend, prog: Progression, omega: np.ndarray) -> Source:
+    """Row chunks of the sin/cos basis of positions on a progression."""
     n = len(omega)
     length = prog.length
-    rows = _rows_per_chunk(n)
+    rows = bk.rows_per_chunk(n)
     w = bk.f64(omega)
     if length < DIRECT or n == 0:
         x = bk.f64(prog.values())
-        for lo in range(0, length, rows):
-            hi = min(length, lo + rows)
-            yield lo, hi, bk.sincos(x[lo:hi, None] * w[None, :])
-        return
+
+        def direct(lo: int, hi: int, into: Any) -> None:
+            bk.sincos(x[lo:hi, None] * w[None, :], into)
+
+        return [(lo, min(length, lo + rows)) for lo in range(0, length, rows)], direct
     period = 1 << max(0, round(math.log2(math.sqrt(length))))
-    r = np.arange(period, dtype=np.float64) * prog.step
-    fine = bk.phasors(bk.f64(r)[:, None] * w[None, :], coarse=False)
-    q = np.arange(-(-length // period), dtype=np.float64) * (period * prog.step) + prog.start
-    coarse = bk.phasors(bk.f64(q)[:, None] * w[None, :], coarse=True)
-    for qi in range(coarse.shape[0]):
-        base = qi * period
-        for a in range(0, period, rows):
-            lo, hi = base + a, min(length, base + min(period, a + rows))
-            if lo >= hi:
-                break
-            yield lo, hi, bk.product(coarse[qi : qi + 1], fine[a : a + hi - lo])
+    fine = _phasor_range(bk, 0.0, prog.step, period, w, coarse=False)
+    coarse = _phasor_range(bk, prog.start, period * prog.step, -(-length // period), w, coarse=True)
+
+    def product(lo: int, hi: int, into: Any) -> None:
+        qi, a = divmod(lo, period)
+        bk.product(coarse[qi : qi + 1], fine[a : a + hi - lo], into)
+
+    ranges = [
+        (base + a, min(length, base + a + rows, base + period))
+        for base in range(0, length, period)
+        for a in range(0, min(period, length - base), rows)
+    ]
+    return ranges, product
 
 
-def points_basis(
-    bk: Backend, x: Any, integral: bool, omega: np.ndarray
-) -> Iterator[tuple[int, int, Any]]:
-    """Yield ``(lo, hi, basis)`` for a flat array of positions ``x`` (NumPy or torch)."""
+def points_source(bk: Backend, x: Any, integral: bool, omega: np.ndarray) -> Source:
+    """Row chunks of the sin/cos basis of a flat array of positions (NumPy or torch)."""
     n = len(omega)
     count = x.shape[0]
-    rows = _rows_per_chunk(n)
+    rows = bk.rows_per_chunk(n)
     w = bk.f64(omega)
+    ranges = [(lo, min(count, lo + rows)) for lo in range(0, count, rows)]
     if not integral or count < DIRECT or n == 0:
-        for lo in range(0, count, rows):
-            hi = min(count, lo + rows)
-            yield lo, hi, bk.sincos(bk.f64(x[lo:hi])[:, None] * w[None, :])
-        return
+
+        def direct(lo: int, hi: int, into: Any) -> None:
+            bk.sincos(bk.f64(x[lo:hi])[:, None] * w[None, :], into)
+
+        return ranges, direct
     xs = np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64)
     lowest = int(xs.min())
     span = int(xs.max()) - lowest + 1
     period = 1 << max(0, math.ceil(math.log2(math.sqrt(span))))
-    rel = xs - lowest
-    fine = bk.phasors(
-        bk.f64(np.arange(period, dtype=np.float64))[:, None] * w[None, :], coarse=False
-    )
-    q = np.arange(-(-span // period), dtype=np.float64) * period + lowest
-    coarse = bk.phasors(bk.f64(q)[:, None] * w[None, :], coarse=True)
-    for lo in range(0, count, rows):
-        hi = min(count, lo + rows)
-        part = rel[lo:hi]
-        yield lo, hi, bk.product(bk.take(coarse, part // period), bk.take(fine, part % period))
+    q_index, r_index = np.divmod(xs - lowest, period)
+    fine = _phasor_range(bk, 0.0, 1.0, period, w, coarse=False)
+    coarse = _phasor_range(bk, float(lowest), float(period), -(-span // period), w, coarse=True)
+
+    def product(lo: int, hi: int, into: Any) -> None:
+        bk.product(bk.take(coarse, q_index[lo:hi]), bk.take(fine, r_index[lo:hi]), into)
+
+    return ranges, product
 
 
-def _store(
+def _write(
     bk: Backend,
     out: Any,
     index: tuple[Any, ...],
     ap: AxisPlan,
-    basis: Any,
     shape: tuple[int, ...],
+    compute: Callable[[int, int, Any], None],
+    lo: int,
+    hi: int,
     x: Any,
 ) -> None:
-    """Write one chunk of an axis's basis into its output channels."""
-    basis = bk.rounded(basis)
-    for run in ap.runs:
-        out[(*index, run.dst)] = basis[:, run.src].reshape(*shape, -1)
+    """Write rows ``lo:hi`` of one axis's channels into ``out[index]``.
+
+    Where the axis's channels are one contiguous interleaved run of a 2-D output (the paper's
+    layout), the basis is written straight into ``out``; otherwise into a small buffer whose
+    runs are then copied (strided) into place.
+    """
+    width = 2 * len(ap.omega)
+    runs = ap.runs
+    if (
+        len(shape) == 1
+        and not bk.sixteen
+        and len(runs) == 1
+        and runs[0].src == slice(0, width, 1)
+        and width
+    ):
+        compute(lo, hi, out[(*index, runs[0].dst)])
+    else:
+        basis = bk.temp(hi - lo, width)
+        compute(lo, hi, basis)
+        basis = bk.rounded(basis)
+        for run in runs:
+            out[(*index, run.dst)] = basis[:, run.src].reshape(*shape, -1)
     for j in ap.identity:
         out[(*index, j)] = bk.rounded(x).reshape(shape)
 
@@ -123,23 +162,45 @@ def fill_grid(
     report = PROGRESS.get() if nd == 1 else None
     for ap in plan.axes:
         prog, g = axes[ap.axis], dims[ap.axis]
-        for lo, hi, basis in progression_basis(bk, prog, ap.omega):
+        ranges, compute = progression_source(bk, prog, ap.omega)
+        values = prog.values() if ap.identity else None
+
+        def work(lo: int, hi: int, ap: AxisPlan = ap, g: int = g, values: Any = values) -> None:
             index = tuple(slice(lo, hi) if d == g else slice(None) for d in range(nd))
             shape = tuple(hi - lo if d == g else 1 for d in range(nd))
-            x = bk.f64(prog.values()[lo:hi]) if ap.identity else None
-            _store(bk, out, index, ap, basis, shape, x)
+            x = bk.f64(values[lo:hi]) if values is not None else None
+            _write(bk, out, index, ap, shape, compute, lo, hi, x)
             if report is not None:
                 report(hi, prog.length)
+
+        bk.run(work, ranges)
     for j in plan.zeros:
         out[..., j] = 0
 
 
 def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> None:
-    """Fill ``out`` ``[N, dim]`` from positions ``x`` ``[N, ndim]``."""
+    """Fill ``out`` ``[N, dim]`` from positions ``x`` ``[N, ndim]``.
+
+    Integer positions of one axis that span no more values than there are positions (token
+    ids, KV-cache steps) are served as rows of the table of their span, which costs about
+    one gather.
+    """
+    if integral and plan.ndim == 1 and x.shape[0] >= DIRECT:
+        xs = np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64).reshape(-1)
+        lowest, highest = int(xs.min()), int(xs.max())
+        if highest - lowest < xs.shape[0]:
+            table = bk.empty((highest - lowest + 1, plan.dim))
+            fill_grid(bk, table, plan, [Progression(float(lowest), 1.0, table.shape[0])], [0])
+            bk.gather_rows(table, xs - lowest, out)
+            return
     for ap in plan.axes:
         xa = x[:, ap.axis]
-        for lo, hi, basis in points_basis(bk, xa, integral, ap.omega):
+        ranges, compute = points_source(bk, xa, integral, ap.omega)
+
+        def work(lo: int, hi: int, ap: AxisPlan = ap, xa: Any = xa) -> None:
             xi = bk.f64(xa[lo:hi]) if ap.identity else None
-            _store(bk, out, (slice(lo, hi),), ap, basis, (hi - lo,), xi)
+            _write(bk, out, (slice(lo, hi),), ap, (hi - lo,), compute, lo, hi, xi)
+
+        bk.run(work, ranges)
     for j in plan.zeros:
         out[..., j] = 0
