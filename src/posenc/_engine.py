@@ -165,13 +165,21 @@ def fill_grid(
         ranges, compute = progression_source(bk, prog, ap.omega)
         values = prog.values() if ap.identity else None
 
-        def work(lo: int, hi: int, ap: AxisPlan = ap, g: int = g, values: Any = values) -> None:
+        def work(
+            lo: int,
+            hi: int,
+            ap: AxisPlan = ap,
+            g: int = g,
+            values: Any = values,
+            compute: Callable[[int, int, Any], None] = compute,
+            length: int = prog.length,
+        ) -> None:
             index = tuple(slice(lo, hi) if d == g else slice(None) for d in range(nd))
             shape = tuple(hi - lo if d == g else 1 for d in range(nd))
             x = bk.f64(values[lo:hi]) if values is not None else None
             _write(bk, out, index, ap, shape, compute, lo, hi, x)
             if report is not None:
-                report(hi, prog.length)
+                report(hi, length)
 
         bk.run(work, ranges)
     for j in plan.zeros:
@@ -197,7 +205,13 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
         xa = x[:, ap.axis]
         ranges, compute = points_source(bk, xa, integral, ap.omega)
 
-        def work(lo: int, hi: int, ap: AxisPlan = ap, xa: Any = xa) -> None:
+        def work(
+            lo: int,
+            hi: int,
+            ap: AxisPlan = ap,
+            xa: Any = xa,
+            compute: Callable[[int, int, Any], None] = compute,
+        ) -> None:
             xi = bk.f64(xa[lo:hi]) if ap.identity else None
             _write(bk, out, (slice(lo, hi),), ap, (hi - lo,), compute, lo, hi, xi)
 
