@@ -14,6 +14,7 @@ from ._backends import get_num_threads, set_num_threads
 from ._errors import PosencError
 from ._positions import fairseq_positions
 from ._presets import Preset
+from ._sharding import context_parallel_positions, tensor_parallel_channels
 from ._spec import Encoding
 
 __version__ = "0.1.0"
@@ -22,6 +23,7 @@ __all__ = [
     "Encoding",
     "PosencError",
     "Preset",
+    "context_parallel_positions",
     "detr",
     "encode",
     "fairseq_positions",
@@ -31,4 +33,5 @@ __all__ = [
     "presets",
     "set_num_threads",
     "table",
+    "tensor_parallel_channels",
 ]

@@ -11,7 +11,7 @@ import numpy as np
 from ._backends import backend_for, is_torch
 from ._engine import fill_grid, fill_points
 from ._errors import PosencError, check_int, check_real
-from ._layout import plan
+from ._layout import channel_plan, plan
 from ._positions import Progression, as_positions, grid_axis
 from ._presets import PRESETS, Preset, get_preset
 
@@ -48,6 +48,7 @@ def table(
     offset: float = 0,
     dtype: Any = None,
     device: Any = None,
+    channels: slice | None = None,
     **options: Any,
 ) -> Any:
     """The encoding of positions ``offset, offset+1, …, offset+length-1``.
@@ -60,10 +61,13 @@ def table(
         dtype: output dtype (NumPy or torch; default float32, or torch's default dtype).
             A torch dtype or a ``device`` gives a torch tensor.
         device: torch device for the output.
+        channels: ``slice(start, stop)``: only these channels (tensor parallelism), bit for
+            bit the same as slicing the full table, at a cost proportional to the slice.
         **options: the preset's options, by their original names.
 
     Returns:
-        ``[length, dim]`` array; every value is the exact encoding rounded once to ``dtype``.
+        ``[length, dim]`` array (``[length, stop - start]`` with ``channels``); every value is
+        the exact encoding rounded once to ``dtype``.
 
     Example:
         >>> pe = posenc.table(2048, 512)                              # the paper's
@@ -76,9 +80,9 @@ def table(
     length = check_int("length", length)
     dim = check_int("dim", dim, minimum=1)
     offset_f = check_real("offset", offset)
-    pl = plan(enc, dim, 1, p.name)
+    pl = channel_plan(enc, dim, 1, p.name, channels)
     bk = backend_for(dtype, device)
-    out = bk.empty((length, dim))
+    out = bk.empty((length, pl.dim))
     fill_grid(bk, out, pl, [Progression(offset_f, 1.0, length)], [0])
     if enc.padding_idx is not None:
         row = enc.padding_idx - offset_f
@@ -94,6 +98,7 @@ def encode(
     preset: str = "vaswani",
     dtype: Any = None,
     ndim: int | None = None,
+    channels: slice | None = None,
     **options: Any,
 ) -> Any:
     """The encoding of arbitrary positions: integer or real, any shape.
@@ -108,6 +113,7 @@ def encode(
         ndim: number of axes, for presets that take any (``t2t-nd``, ``tatp22``, ``nerf``).
             When given, ``positions`` has a last axis of ``ndim`` coordinates; when not,
             such presets encode scalar positions like a 1D preset.
+        channels: ``slice(start, stop)``: only these channels, as in :func:`table`.
         **options: the preset's options.
 
     Returns:
@@ -130,14 +136,14 @@ def encode(
             f"got shape {tuple(x.shape)}"
         )
     lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
-    pl = plan(enc, dim, k, p.name)
+    pl = channel_plan(enc, dim, k, p.name, channels)
     bk = backend_for(dtype, None, like=x)
     flat = x.reshape(-1, k)
-    out = bk.empty((flat.shape[0], dim))
+    out = bk.empty((flat.shape[0], pl.dim))
     fill_points(bk, out, pl, flat, integral)
     if enc.padding_idx is not None:
         out[flat[:, 0] == enc.padding_idx] = 0
-    return out.reshape(*lead, dim)
+    return out.reshape(*lead, pl.dim)
 
 
 def _axes(p: Preset, ndim: int | None) -> int:
@@ -157,6 +163,7 @@ def grid(
     preset: str = "mae",
     dtype: Any = None,
     device: Any = None,
+    channels: slice | None = None,
     **options: Any,
 ) -> Any:
     """The encoding of every cell of a grid, flattened to tokens.
@@ -167,7 +174,7 @@ def grid(
         dim: number of channels.
         preset: a grid convention: ``mae``, ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``,
             ``hf-2d``, ``detr``, or an N-D one (``t2t-nd``, ``tatp22``, ``nerf``).
-        dtype, device: as in :func:`table`.
+        dtype, device, channels: as in :func:`table`.
         **options: the preset's options (``cls_token``, ``interpolation_scale``, …).
 
     Returns:
@@ -183,7 +190,7 @@ def grid(
     dims = _grid_shape(shape, p.encoding.ndim)
     nd = len(dims)
     dim = check_int("dim", dim, minimum=1)
-    pl = plan(enc, dim, nd, p.name)
+    pl = channel_plan(enc, dim, nd, p.name, channels)
     scales = enc.interpolation_scale
     if not isinstance(scales, tuple):
         scales = (scales,) * nd
@@ -199,13 +206,13 @@ def grid(
     ]
     bk = backend_for(dtype, device)
     cells = math.prod(dims)
-    out = bk.empty((enc.extra_tokens + cells, dim))
+    out = bk.empty((enc.extra_tokens + cells, pl.dim))
     out[: enc.extra_tokens] = 0
     body = out[enc.extra_tokens :]
     if enc.tokens == "row-major":
-        fill_grid(bk, body.reshape(*dims, dim), pl, axes, list(range(nd)))
+        fill_grid(bk, body.reshape(*dims, pl.dim), pl, axes, list(range(nd)))
     else:
-        fill_grid(bk, body.reshape(*dims[::-1], dim), pl, axes, list(range(nd))[::-1])
+        fill_grid(bk, body.reshape(*dims[::-1], pl.dim), pl, axes, list(range(nd))[::-1])
     return out
 
 

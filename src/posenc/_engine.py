@@ -4,19 +4,27 @@ Accuracy. Every angle ``x * omega`` is formed in float64 (relative error 2^-53, 
 2e-9 rad for ``|x| < 2^24``), its sine and cosine are evaluated in float64, and the result is
 rounded once to the output dtype.
 
-Speed. Sines are expensive and the output is large, so positions on a progression (tables,
-grid axes) and integer positions are split as ``x = coarse + fine`` with
-``coarse = start + q * P * step`` and ``fine = r * step`` (``P ~ sqrt(length)``). Only
-``O(sqrt(length))`` phasors are evaluated; each output pair is one complex product
-``(sin c + i cos c) * (cos f - i sin f) = sin(c+f) + i cos(c+f)``, in float64, whose
-rounding error (a few 1e-16) is far below float32's half ulp. Work is done in row chunks of
-about ``Backend.chunk`` float64 values (a few hundred KiB for NumPy, a few MiB for
-torch, whose per-call overhead is larger), and NumPy chunks run on ``posenc.get_num_threads()``
-threads.
+Speed. Sines are expensive and the output is large, so an integer position is split as
+``p = a * 2^16 + b * 2^8 + c`` (``-128 <= b, c < 128``) and its phasor is the complex product
+``(T[a] * L1[b]) * L0[c]`` of three small tables: ``T`` evaluated directly for the few ``a``
+needed, ``L1`` and ``L0`` (256 rows each, themselves ``16 x 16`` products) cached per set of
+frequencies. Each output pair is then one complex product per row, ``(sin c + i cos c) *
+(cos f - i sin f) = sin(c+f) + i cos(c+f)`` in float64, whose rounding error (a few 1e-16) is
+far below float32's half ulp. Real positions on a progression (scaled grid axes) are split the
+same way around ``sqrt(length)``; other real positions are evaluated directly.
+
+Bit-for-bit consistency. The split of an integer position depends on that position alone,
+so a table, ``encode`` of any subset of its positions, and any slice of its channels give
+identical numbers: a rank's shard of a context- or tensor-parallel job is exactly the slice
+of the full table.
+
+Work is done in row chunks of about ``Backend.chunk`` float64 values (a few hundred KiB for
+NumPy, a few MiB for torch, whose per-call overhead is larger).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -31,7 +39,9 @@ from ._positions import Progression
 PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("PROGRESS", default=None)
 """Set by the command line to draw a progress bar: called with (rows done, rows)."""
 
-DIRECT = 64  # progressions shorter than this are evaluated directly
+DIRECT = 64  # real progressions shorter than this are evaluated directly
+LEVEL = 256  # integer positions: p = a * LEVEL**2 + b * LEVEL + c, balanced digits
+HALF = LEVEL // 2
 
 Source = tuple[list[tuple[int, int]], Callable[[int, int, Any], None]]
 """Row ranges, and a function writing the ``[hi-lo, 2n]`` basis of one range into an array
@@ -57,10 +67,92 @@ def _phasor_range(
     return (hi[:, None, :] * lo[None, :, :]).reshape(-1, hi.shape[-1])[:count]
 
 
+@functools.lru_cache(maxsize=8)  # 8 KiB per frequency: 4 MiB for dim 1024
+def _levels(omega_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """``L0[j] = exp(-i d w)`` and ``L1[j] = exp(-i d 256 w)`` for digits ``d = j - 128``.
+
+    ``[256, n]`` complex128 each, built as ``16 x 16`` products of directly evaluated phasors
+    in a fixed order, so they (and everything built on them) depend on ``w`` alone. Balanced
+    digits keep every intermediate angle within ``128 * unit * w``.
+    """
+    w = np.frombuffer(omega_bytes, dtype=np.float64)
+    side = math.isqrt(LEVEL)
+    j = np.arange(side, dtype=np.float64)[:, None]
+    tables = []
+    for unit in (1.0, float(LEVEL)):
+        low = np.exp(-1j * ((j * unit) * w))
+        high = np.exp(-1j * (((j * side - HALF) * unit) * w))
+        tables.append((high[:, None, :] * low[None, :, :]).reshape(LEVEL, -1))
+    return tables[0], tables[1]
+
+
+def _digits(p: Any) -> tuple[Any, Any]:
+    """``p = LEVEL * high + (low - HALF)`` with ``0 <= low < LEVEL``: balanced digits."""
+    return divmod(p + HALF, LEVEL)
+
+
+def _canonical_coarse(bk: Backend, blocks: np.ndarray, w: np.ndarray) -> Any:
+    """``i * exp(-i * 256 * beta * w)`` for block numbers ``beta`` (int64 array).
+
+    ``= T[a] * L1[b]`` with ``beta = 256 a + (b - 128)``, ``T[a] = i * exp(-i a 2^16 w)``
+    evaluated directly for the few ``a`` needed.
+    """
+    _, l1 = _levels(w.tobytes())
+    a, b = _digits(blocks)
+    tops, where = np.unique(a, return_inverse=True)
+    top = bk.phasors(
+        bk.f64(tops.astype(np.float64) * float(LEVEL * LEVEL))[:, None] * bk.f64(w)[None, :],
+        coarse=True,
+    )
+    return bk.take(top, where) * bk.take(bk.complex(l1), b)
+
+
+def integer_progression_source(bk: Backend, start: int, length: int, omega: np.ndarray) -> Source:
+    """Row chunks of the basis of positions ``start … start+length-1`` (canonical split).
+
+    A chunk is part of one 256-position block, or a run of whole blocks computed in one
+    broadcast product (narrow tables would otherwise pay per-call overhead 256 rows at a time).
+    """
+    n = len(omega)
+    rows = bk.rows_per_chunk(n)
+    first, _ = _digits(start)
+    last, _ = _digits(start + length - 1)
+    coarse = _canonical_coarse(bk, np.arange(first, last + 1, dtype=np.int64), omega)
+    fine = bk.complex(_levels(omega.tobytes())[0])
+
+    def product(lo: int, hi: int, into: Any) -> None:
+        blk, c = _digits(start + lo)
+        q = blk - first
+        if c == 0 and (hi - lo) % LEVEL == 0 and hi - lo > LEVEL:
+            blocks = (hi - lo) // LEVEL
+            bk.product(
+                coarse[q : q + blocks, None, :],
+                fine[None, :, :],
+                into.reshape(blocks, LEVEL, into.shape[-1]),
+            )
+        else:
+            bk.product(coarse[q : q + 1], fine[c : c + hi - lo], into)
+
+    ranges = []
+    lo = 0
+    whole = max(1, rows // LEVEL) * LEVEL
+    while lo < length:
+        offset = _digits(start + lo)[1]
+        if offset == 0 and length - lo >= 2 * LEVEL and whole > LEVEL:
+            hi = lo + min(whole, (length - lo) // LEVEL * LEVEL)
+        else:
+            hi = min(length, lo + LEVEL - offset, lo + rows)
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges, product
+
+
 def progression_source(bk: Backend, prog: Progression, omega: np.ndarray) -> Source:
     """Row chunks of the sin/cos basis of positions on a progression."""
     n = len(omega)
     length = prog.length
+    if prog.step == 1.0 and float(prog.start).is_integer() and abs(prog.start) < 2.0**52 and n:
+        return integer_progression_source(bk, int(prog.start), length, omega)
     rows = bk.rows_per_chunk(n)
     w = bk.f64(omega)
     if length < DIRECT or n == 0:
@@ -93,22 +185,20 @@ def points_source(bk: Backend, x: Any, integral: bool, omega: np.ndarray) -> Sou
     rows = bk.rows_per_chunk(n)
     w = bk.f64(omega)
     ranges = [(lo, min(count, lo + rows)) for lo in range(0, count, rows)]
-    if not integral or count < DIRECT or n == 0:
+    if not integral or n == 0:
 
         def direct(lo: int, hi: int, into: Any) -> None:
             bk.sincos(bk.f64(x[lo:hi])[:, None] * w[None, :], into)
 
         return ranges, direct
     xs = np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64)
-    lowest = int(xs.min())
-    span = int(xs.max()) - lowest + 1
-    period = 1 << max(0, math.ceil(math.log2(math.sqrt(span))))
-    q_index, r_index = np.divmod(xs - lowest, period)
-    fine = _phasor_range(bk, 0.0, 1.0, period, w, coarse=False)
-    coarse = _phasor_range(bk, float(lowest), float(period), -(-span // period), w, coarse=True)
+    blocks, c = _digits(xs)
+    unique, where = np.unique(blocks, return_inverse=True)
+    coarse = _canonical_coarse(bk, unique, omega)
+    fine = bk.complex(_levels(omega.tobytes())[0])
 
     def product(lo: int, hi: int, into: Any) -> None:
-        bk.product(bk.take(coarse, q_index[lo:hi]), bk.take(fine, r_index[lo:hi]), into)
+        bk.product(bk.take(coarse, where[lo:hi]), bk.take(fine, c[lo:hi]), into)
 
     return ranges, product
 
@@ -161,6 +251,8 @@ def fill_grid(
     nd = out.ndim - 1
     report = PROGRESS.get() if nd == 1 else None
     for ap in plan.axes:
+        if not ap.runs and not ap.identity:
+            continue  # a channel shard may use no frequency of this axis
         prog, g = axes[ap.axis], dims[ap.axis]
         ranges, compute = progression_source(bk, prog, ap.omega)
         values = prog.values() if ap.identity else None
@@ -193,7 +285,7 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
     ids, KV-cache steps) are served as rows of the table of their span, which costs about
     one gather.
     """
-    if integral and plan.ndim == 1 and x.shape[0] >= DIRECT:
+    if integral and plan.ndim == 1:
         xs = np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64).reshape(-1)
         lowest, highest = int(xs.min()), int(xs.max())
         if highest - lowest < xs.shape[0]:
@@ -202,6 +294,8 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
             bk.gather_rows(table, xs - lowest, out)
             return
     for ap in plan.axes:
+        if not ap.runs and not ap.identity:
+            continue
         xa = x[:, ap.axis]
         ranges, compute = points_source(bk, xa, integral, ap.omega)
 

@@ -58,6 +58,21 @@ class Plan:
     axis: np.ndarray  # int64 [U]
     src: np.ndarray  # int64 [dim]
 
+    def select(self, channels: slice) -> Plan:
+        """The plan of channels ``start:stop`` only, with the frequencies they use.
+
+        Each output value depends on its own frequency and position alone, so the shard is
+        bit for bit the same slice of the full table, at a cost proportional to its width.
+        """
+        src = self.src[channels]
+        used = np.unique(src[src >= 0] // 2)
+        remap = np.full(len(self.omega), -1, dtype=np.int64)
+        remap[used] = np.arange(len(used))
+        sincos = src >= 0
+        src = src.copy()
+        src[sincos] = 2 * remap[src[sincos] // 2] + src[sincos] % 2
+        return Plan(len(src), self.ndim, self.omega[used], self.axis[used], src)
+
     @functools.cached_property
     def zeros(self) -> tuple[int, ...]:
         return tuple(int(j) for j in np.flatnonzero(self.src == ZERO))
@@ -139,6 +154,30 @@ def _describe_blocks(shares: list[Fraction]) -> str:
         return "sines and cosines in equal numbers"
     parts = ", ".join(str(s) for s in shares)
     return f"blocks of {parts} of the width, each an even number of channels"
+
+
+def check_channels(channels: object, dim: int) -> slice | None:
+    """``channels`` as a ``slice(start, stop)`` within ``[0, dim]``, or None for all."""
+    if channels is None:
+        return None
+    if not isinstance(channels, slice) or channels.step not in (None, 1):
+        raise PosencError(f"`channels` must be a slice(start, stop) with step 1, got {channels!r}")
+    start = 0 if channels.start is None else channels.start
+    stop = dim if channels.stop is None else channels.stop
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop)) or not (
+        0 <= start <= stop <= dim
+    ):
+        raise PosencError(
+            f"`channels` must satisfy 0 <= start <= stop <= dim = {dim}, got {channels!r}"
+        )
+    return slice(start, stop)
+
+
+def channel_plan(enc: Encoding, dim: int, ndim: int, who: str, channels: object) -> Plan:
+    """``plan(...)``, restricted to ``channels`` when given."""
+    full = plan(enc, dim, ndim, who)
+    picked = check_channels(channels, dim)
+    return full if picked is None or picked == slice(0, dim) else full.select(picked)
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from . import _api
 from ._backends import round_to_odd
 from ._errors import PosencError, check_int, check_real
-from ._layout import ZERO, Plan, plan
+from ._layout import ZERO, Plan, channel_plan, check_channels
 from ._positions import grid_axis
 from ._presets import get_preset
 from ._spec import Encoding
@@ -111,7 +111,13 @@ class _Evaluator:
 
 
 def _resolve(
-    preset: str, dim: int, ndim: int, options: dict[str, Any], *, grid: bool
+    preset: str,
+    dim: int,
+    ndim: int,
+    options: dict[str, Any],
+    *,
+    grid: bool,
+    channels: slice | None = None,
 ) -> tuple[Encoding, _Evaluator]:
     p = get_preset(preset)
     enc = p.resolve(options, grid=grid)
@@ -119,7 +125,8 @@ def _resolve(
     if fixed is not None and fixed != ndim:
         what = "a sequence module" if ndim == 1 else f"{ndim} axes"
         raise PosencError(f"preset {p.name!r} encodes {fixed} axes; it cannot serve {what}")
-    return enc, _Evaluator(plan(enc, check_int("dim", dim, minimum=1), ndim, p.name))
+    dim = check_int("dim", dim, minimum=1)
+    return enc, _Evaluator(channel_plan(enc, dim, ndim, p.name, channels))
 
 
 def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
@@ -182,16 +189,19 @@ class _Cached(nn.Module):
         device: Any,
         dtype: Any,
         options: dict[str, Any],
+        channels: slice | None,
     ) -> None:
         super().__init__()
         self.dim = check_int("dim", dim, minimum=1)
         self.preset = get_preset(preset).name
         self.options = dict(options)
-        self.enc, self._ev = _resolve(preset, dim, 1, options, grid=False)
+        self.channels = check_channels(channels, self.dim)
+        self.enc, self._ev = _resolve(preset, dim, 1, options, grid=False, channels=channels)
+        self.width = self._ev.dim  # channels this module produces: dim, or its shard
         self.cached_length = check_int("cached_length", cached_length)
         dtype = dtype or torch.get_default_dtype()
         self.register_buffer(
-            "cache", torch.empty(0, dim, device=device, dtype=dtype), persistent=False
+            "cache", torch.empty(0, self.width, device=device, dtype=dtype), persistent=False
         )
         self._cache_dtype = dtype
         self._register_load_state_dict_pre_hook(_drop_saved_tables)
@@ -202,7 +212,7 @@ class _Cached(nn.Module):
         device, dtype = self.cache.device, self.cache.dtype
         self._cache_dtype = dtype
         if device.type == "meta":
-            self.cache = torch.empty(self.cached_length, self.dim, device=device, dtype=dtype)
+            self.cache = torch.empty(self.cached_length, self.width, device=device, dtype=dtype)
             return
         self.cache = _api.table(
             self.cached_length,
@@ -210,6 +220,7 @@ class _Cached(nn.Module):
             preset=self.preset,
             dtype=dtype,
             device=device,
+            channels=self.channels,
             **self.options,
         )
 
@@ -222,6 +233,19 @@ class _Cached(nn.Module):
         )
 
     def _rows(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
+        """Rows for explicit positions. Eager integer positions go through the core, whose
+        numbers depend on each position alone, so shards and the cache agree bit for bit;
+        traced code evaluates the same float64 formula with torch ops (within one ulp)."""
+        tracing = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        if not tracing and not positions.is_floating_point():
+            return _api.encode(
+                positions,
+                self.dim,
+                preset=self.preset,
+                dtype=dtype,
+                channels=self.channels,
+                **self.options,
+            )
         out = self._ev.points(positions.unsqueeze(-1), dtype)
         if self.enc.padding_idx is not None:
             out = out.masked_fill((positions == self.enc.padding_idx).unsqueeze(-1), 0)
@@ -229,7 +253,10 @@ class _Cached(nn.Module):
 
     def extra_repr(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
-        return f"{self.dim}, preset={self.preset!r}{opts}, cached_length={self.cached_length}"
+        shard = "" if self.channels is None else f", channels={self.channels!r}"
+        return (
+            f"{self.dim}, preset={self.preset!r}{opts}{shard}, cached_length={self.cached_length}"
+        )
 
 
 def _drop_saved_tables(state: dict[str, Any], prefix: str, *args: Any) -> None:
@@ -251,6 +278,8 @@ class PositionalEncoding(_Cached):
         input_scale: multiplies ``x`` first (``math.sqrt(dim)`` in the paper).
         batch_first: ``x`` is ``[b, s, d]`` (True) or ``[s, b, d]``.
         cached_length: rows kept ready for the plain case; longer inputs are computed.
+        channels: ``slice(start, stop)``: produce only these channels of the ``dim``-wide
+            encoding (tensor parallelism); ``x`` then has ``stop - start`` channels.
         device, dtype: of the cache (it follows ``.to()``).
         **options: the preset's options.
 
@@ -275,11 +304,12 @@ class PositionalEncoding(_Cached):
         input_scale: float = 1.0,
         batch_first: bool = True,
         cached_length: int = 2048,
+        channels: slice | None = None,
         device: Any = None,
         dtype: Any = None,
         **options: Any,
     ) -> None:
-        super().__init__(dim, preset, cached_length, device, dtype, options)
+        super().__init__(dim, preset, cached_length, device, dtype, options, channels)
         p = check_real("dropout", dropout)
         if not 0 <= p < 1:
             raise PosencError(f"`dropout` must be in [0, 1), got {dropout!r}")
@@ -316,8 +346,8 @@ class PositionalEncoding(_Cached):
                 f"`x` must be [batch, seq, dim]{'' if self.batch_first else ' (seq first)'}, "
                 f"got shape {tuple(x.shape)}"
             )
-        if x.shape[-1] != self.dim:
-            raise PosencError(f"`x` must have {self.dim} channels (dim), got {x.shape[-1]}")
+        if x.shape[-1] != self.width:
+            raise PosencError(f"`x` must have {self.width} channels, got {x.shape[-1]}")
         seq_axis = 1 if self.batch_first else 0
         length, batch = x.shape[seq_axis], x.shape[1 - seq_axis]
         if positions is not None:
@@ -359,8 +389,8 @@ class PositionalEncoding(_Cached):
                 f"with `cu_seqlens`, `x` must be [tokens, dim] or [1, tokens, dim], got shape "
                 f"{tuple(x.shape)}"
             )
-        if x.shape[-1] != self.dim:
-            raise PosencError(f"`x` must have {self.dim} channels (dim), got {x.shape[-1]}")
+        if x.shape[-1] != self.width:
+            raise PosencError(f"`x` must have {self.width} channels, got {x.shape[-1]}")
         total = x.shape[-2]
         if not torch.compiler.is_compiling() and int(cu_seqlens[-1]) != total:
             raise PosencError(
@@ -378,7 +408,7 @@ class SinusoidalEmbedding(_Cached):
         preset: any 1D preset; ``fairseq`` with ``padding_idx`` for fairseq's embedding.
         from_tokens: the input is token ids; positions are fairseq's ``padding_idx + 1, …``
             over non-pad tokens, pad tokens get the zero row (needs ``padding_idx``).
-        cached_length, device, dtype: as in :class:`PositionalEncoding`; the output dtype
+        cached_length, channels, device, dtype: as in :class:`PositionalEncoding`; the output dtype
             follows the module's (``.to(torch.bfloat16)`` gives bf16 rows, exact).
         **options: the preset's options (``padding_idx`` for ``fairseq``).
 
@@ -399,11 +429,12 @@ class SinusoidalEmbedding(_Cached):
         preset: str = "vaswani",
         from_tokens: bool = False,
         cached_length: int = 2048,
+        channels: slice | None = None,
         device: Any = None,
         dtype: Any = None,
         **options: Any,
     ) -> None:
-        super().__init__(dim, preset, cached_length, device, dtype, options)
+        super().__init__(dim, preset, cached_length, device, dtype, options, channels)
         self.from_tokens = bool(from_tokens)
         if self.from_tokens and self.enc.padding_idx is None:
             raise PosencError("`from_tokens=True` needs `padding_idx` (fairseq's positions)")
@@ -446,6 +477,7 @@ class GridEncoding(nn.Module):
         dim: channels.
         preset: ``mae`` (default), ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``, ``hf-2d``,
             ``detr``, or an N-D one (``t2t-nd``, ``tatp22``).
+        channels: ``slice(start, stop)``: only these channels (tensor parallelism).
         device, dtype: of the (empty) probe buffer whose dtype is the default output dtype.
         **options: the preset's options (``cls_token``, ``extra_tokens``, ``reverse_coord``, …);
             ``extra_tokens`` zero rows lead (class and register tokens).
@@ -466,6 +498,7 @@ class GridEncoding(nn.Module):
         dim: int,
         *,
         preset: str = "mae",
+        channels: slice | None = None,
         device: Any = None,
         dtype: Any = None,
         **options: Any,
@@ -473,6 +506,8 @@ class GridEncoding(nn.Module):
         super().__init__()
         p = get_preset(preset)
         self.dim = check_int("dim", dim, minimum=1)
+        self.channels = check_channels(channels, self.dim)
+        self.width = self.dim if self.channels is None else len(range(self.dim)[self.channels])
         self.preset = p.name
         self.options = dict(options)
         self.enc = p.resolve(options, grid=True)
@@ -488,7 +523,9 @@ class GridEncoding(nn.Module):
 
     def _evaluator(self, ndim: int) -> _Evaluator:
         if ndim not in self._plans:
-            self._plans[ndim] = _Evaluator(plan(self.enc, self.dim, ndim, self.preset))
+            self._plans[ndim] = _Evaluator(
+                channel_plan(self.enc, self.dim, ndim, self.preset, self.channels)
+            )
         return self._plans[ndim]
 
     def encoding(
@@ -517,18 +554,18 @@ class GridEncoding(nn.Module):
         order = list(range(len(dims)))
         if enc.tokens == "column-major":
             order.reverse()
-        body = ev.grid(axes, order, dtype or self.probe.dtype).reshape(-1, self.dim)
+        body = ev.grid(axes, order, dtype or self.probe.dtype).reshape(-1, self.width)
         return self._lead(body)
 
     def _lead(self, body: Tensor) -> Tensor:
         if not self.enc.extra_tokens:
             return body
-        zeros = body.new_zeros(self.enc.extra_tokens, self.dim)
+        zeros = body.new_zeros(self.enc.extra_tokens, self.width)
         return torch.cat((zeros, body), dim=0)
 
     def forward(self, x: Tensor, grid: tuple[int, ...]) -> Tensor:
-        if x.ndim != 3 or x.shape[-1] != self.dim:
-            raise PosencError(f"`x` must be [batch, tokens, {self.dim}], got {tuple(x.shape)}")
+        if x.ndim != 3 or x.shape[-1] != self.width:
+            raise PosencError(f"`x` must be [batch, tokens, {self.width}], got {tuple(x.shape)}")
         want = self.enc.extra_tokens + math.prod(grid)
         if x.shape[1] != want:
             raise PosencError(
