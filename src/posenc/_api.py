@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
@@ -12,7 +11,7 @@ from ._backends import backend_for, is_torch
 from ._engine import fill_grid, fill_points
 from ._errors import PosencError, check_int, check_real
 from ._layout import channel_plan, plan
-from ._positions import Progression, as_positions, grid_axis
+from ._positions import Progression, as_positions, grid_axes, grid_shape
 from ._presets import PRESETS, Preset, get_preset
 
 
@@ -187,23 +186,11 @@ def grid(
     """
     p = get_preset(preset)
     enc = p.resolve(options, grid=True)
-    dims = _grid_shape(shape, p.encoding.ndim)
+    dims = grid_shape(shape, p.encoding.ndim)
     nd = len(dims)
     dim = check_int("dim", dim, minimum=1)
     pl = channel_plan(enc, dim, nd, p.name, channels)
-    scales = enc.interpolation_scale
-    if not isinstance(scales, tuple):
-        scales = (scales,) * nd
-    axes = [
-        grid_axis(
-            n,
-            offset=enc.grid_offset,
-            interpolation_scale=scales[a],
-            base_size=enc.base_size,
-            normalize=enc.normalize,
-        )
-        for a, n in enumerate(dims)
-    ]
+    axes = grid_axes(enc, dims)
     bk = backend_for(dtype, device)
     cells = math.prod(dims)
     out = bk.empty((enc.extra_tokens + cells, pl.dim))
@@ -214,17 +201,6 @@ def grid(
     else:
         fill_grid(bk, body.reshape(*dims[::-1], pl.dim), pl, axes, list(range(nd))[::-1])
     return out
-
-
-def _grid_shape(shape: Any, ndim: int | None) -> tuple[int, ...]:
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        shape = (shape,) * (ndim or 1)
-    if not isinstance(shape, (tuple, list)) or not shape:
-        raise PosencError(f"`shape` must be an int or a non-empty tuple of ints, got {shape!r}")
-    dims = tuple(check_int(f"shape[{i}]", s) for i, s in enumerate(shape))
-    if ndim is not None and len(dims) != ndim:
-        raise PosencError(f"`shape` must have {ndim} axes for this preset, got {tuple(shape)}")
-    return dims
 
 
 def detr(

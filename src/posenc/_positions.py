@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from ._backends import is_torch
-from ._errors import PosencError
+from ._errors import PosencError, check_int
+from ._spec import Encoding
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,35 @@ def grid_axis(
     if normalize:
         f /= (offset + length - 1) * f + 1e-6 if length else 1.0
     return Progression(offset * f, f, length)
+
+
+def grid_axes(enc: Encoding, dims: tuple[int, ...]) -> list[Progression]:
+    """The positions of every axis of a grid of size ``dims`` under ``enc``'s conventions."""
+    scales = enc.interpolation_scale
+    if not isinstance(scales, tuple):
+        scales = (scales,) * len(dims)
+    return [
+        grid_axis(
+            n,
+            offset=enc.grid_offset,
+            interpolation_scale=scales[a],
+            base_size=enc.base_size,
+            normalize=enc.normalize,
+        )
+        for a, n in enumerate(dims)
+    ]
+
+
+def grid_shape(shape: Any, ndim: int | None) -> tuple[int, ...]:
+    """``shape`` as a tuple of sizes (an int means a square or cube of ``ndim`` axes)."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,) * (ndim or 1)
+    if not isinstance(shape, (tuple, list)) or not shape:
+        raise PosencError(f"`shape` must be an int or a non-empty tuple of ints, got {shape!r}")
+    dims = tuple(check_int(f"shape[{i}]", s) for i, s in enumerate(shape))
+    if ndim is not None and len(dims) != ndim:
+        raise PosencError(f"`shape` must have {ndim} axes for this preset, got {tuple(shape)}")
+    return dims
 
 
 def as_positions(positions: Any, name: str = "positions") -> tuple[Any, bool]:

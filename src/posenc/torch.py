@@ -28,7 +28,7 @@ from . import _api
 from ._backends import round_to_odd
 from ._errors import PosencError, check_int, check_real
 from ._layout import ZERO, Plan, channel_plan, check_channels
-from ._positions import grid_axis
+from ._positions import grid_axes, grid_shape
 from ._presets import get_preset
 from ._spec import Encoding
 
@@ -532,25 +532,14 @@ class GridEncoding(nn.Module):
         self, grid: tuple[int, ...], *, dtype: torch.dtype | None = None, device: Any = None
     ) -> Tensor:
         """``[extra + prod(grid), d]``: the rows ``forward`` adds."""
-        dims = _api._grid_shape(tuple(grid), self.enc.ndim)
+        dims = grid_shape(tuple(grid), self.enc.ndim)
         ev = self._evaluator(len(dims))
         enc = self.enc
         device = self.probe.device if device is None else device
-        scales = enc.interpolation_scale
-        if not isinstance(scales, tuple):
-            scales = (scales,) * len(dims)
-        axes = []
-        for a, n in enumerate(dims):
-            prog = grid_axis(
-                n,
-                offset=enc.grid_offset,
-                interpolation_scale=scales[a],
-                base_size=enc.base_size,
-                normalize=enc.normalize,
-            )
-            axes.append(
-                torch.arange(n, dtype=torch.float64, device=device) * prog.step + prog.start
-            )
+        axes = [
+            torch.arange(prog.length, dtype=torch.float64, device=device) * prog.step + prog.start
+            for prog in grid_axes(enc, dims)
+        ]
         order = list(range(len(dims)))
         if enc.tokens == "column-major":
             order.reverse()
