@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _array_api
 from ._backends import backend_for, is_torch
 from ._engine import fill_grid, fill_points
 from ._errors import PosencError, check_int, check_real
@@ -48,6 +49,7 @@ def table(
     dtype: Any = None,
     device: Any = None,
     channels: slice | None = None,
+    like: Any = None,
     **options: Any,
 ) -> Any:
     """The encoding of positions ``offset, offset+1, …, offset+length-1``.
@@ -62,6 +64,8 @@ def table(
         device: torch device for the output.
         channels: ``slice(start, stop)``: only these channels (tensor parallelism), bit for
             bit the same as slicing the full table, at a cost proportional to the slice.
+        like: an array whose library the result follows (a JAX array, an Array API array, a
+            torch tensor: its device too).
         **options: the preset's options, by their original names.
 
     Returns:
@@ -80,6 +84,26 @@ def table(
     dim = check_int("dim", dim, minimum=1)
     offset_f = check_real("offset", offset)
     pl = channel_plan(enc, dim, 1, p.name, channels)
+    foreign = _foreign(like, dtype)
+    if foreign is not None:
+        xp, out_dtype = foreign
+        positions = xp.arange(length, dtype=xp.float64) + offset_f
+        return _array_api.points(
+            xp, xp.reshape(positions, (length, 1)), pl, out_dtype, enc.padding_idx
+        )
+    if _array_api.is_jax(like):
+        return _to_jax(
+            table,
+            length,
+            dim,
+            preset=p.name,
+            offset=offset,
+            dtype=dtype,
+            channels=channels,
+            **options,
+        )
+    if is_torch(like) and device is None:
+        device = like.device
     bk = backend_for(dtype, device)
     out = bk.empty((length, pl.dim))
     fill_grid(bk, out, pl, [Progression(offset_f, 1.0, length)], [0])
@@ -103,12 +127,13 @@ def encode(
     """The encoding of arbitrary positions: integer or real, any shape.
 
     Args:
-        positions: list, NumPy array or torch tensor. For a 1D preset any shape ``[*s]``;
+        positions: list, NumPy array, torch tensor, JAX array or any Array API array (traced
+            under ``jax.jit`` and ``jax.vmap`` too). For a 1D preset any shape ``[*s]``;
             for a preset of ``k`` axes (``mae``: 2) coordinates ``[*s, k]`` in the grid's
             axis order (row, column).
         dim: number of channels.
         preset: any preset name.
-        dtype: output dtype; default float32 (NumPy) or torch's default dtype.
+        dtype: output dtype; default float32 (torch: its default dtype).
         ndim: number of axes, for presets that take any (``t2t-nd``, ``tatp22``, ``nerf``).
             When given, ``positions`` has a last axis of ``ndim`` coordinates; when not,
             such presets encode scalar positions like a 1D preset.
@@ -128,7 +153,11 @@ def encode(
     dim = check_int("dim", dim, minimum=1)
     k = _axes(p, ndim)
     coords = k > 1 or ndim is not None
-    x, integral = as_positions(positions)
+    xp = _array_api.namespace(positions)
+    if xp is not None:
+        x, integral = _foreign_positions(xp, positions)
+    else:
+        x, integral = as_positions(positions)
     if coords and (x.ndim == 0 or x.shape[-1] != k):
         raise PosencError(
             f"`positions` must have a last axis of {k} coordinates for preset {p.name!r}, "
@@ -136,6 +165,19 @@ def encode(
         )
     lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
     pl = channel_plan(enc, dim, k, p.name, channels)
+    if xp is not None:
+        if _array_api.is_jax(x) and not _array_api.x64_enabled():
+            host_dtype = np.dtype(_array_api.out_dtype(xp, dtype))
+
+            def compute(q: np.ndarray) -> Any:
+                return encode(
+                    q, dim, preset=p.name, dtype=host_dtype, ndim=ndim, channels=channels, **options
+                )
+
+            return _array_api.jax_callback(compute, x, (*lead, pl.dim), host_dtype)
+        flat_x = xp.reshape(x, (-1, k))
+        out_x = _array_api.points(xp, flat_x, pl, _array_api.out_dtype(xp, dtype), enc.padding_idx)
+        return xp.reshape(out_x, (*lead, pl.dim))
     bk = backend_for(dtype, None, like=x)
     flat = x.reshape(-1, k)
     out = bk.empty((flat.shape[0], pl.dim))
@@ -143,6 +185,41 @@ def encode(
     if enc.padding_idx is not None:
         out[flat[:, 0] == enc.padding_idx] = 0
     return out.reshape(*lead, pl.dim)
+
+
+def _foreign(like: Any, dtype: Any) -> tuple[Any, Any] | None:
+    """(namespace, dtype) when ``like`` is an Array API array evaluated in its own library:
+    anything but NumPy, torch, and JAX without x64 (which the NumPy core serves)."""
+    xp = _array_api.namespace(like)
+    if xp is None or (_array_api.is_jax(like) and not _array_api.x64_enabled()):
+        return None
+    return xp, _array_api.out_dtype(xp, dtype)
+
+
+def _to_jax(fn: Any, *args: Any, dtype: Any, **kwargs: Any) -> Any:
+    """A table computed by the NumPy core, as a JAX array (a constant under ``jax.jit``)."""
+    import jax.numpy as jnp
+
+    host_dtype = np.dtype(_array_api.out_dtype(jnp, dtype))
+    return jnp.asarray(fn(*args, dtype=host_dtype, **kwargs))
+
+
+def _foreign_positions(xp: Any, x: Any) -> tuple[Any, bool]:
+    """Positions of another Array API library: checked where their values are known."""
+    if xp.isdtype(x.dtype, "integral"):
+        return x, True
+    if not xp.isdtype(x.dtype, "real floating"):
+        raise PosencError(f"`positions` must hold integers or real numbers, got {x.dtype}")
+    traced = _array_api.is_jax(x) and not _concrete(x)
+    if not traced and not bool(xp.all(xp.isfinite(x))):
+        raise PosencError("`positions` must be finite, got a NaN or infinite value")
+    return x, False
+
+
+def _concrete(x: Any) -> bool:
+    import jax
+
+    return not isinstance(x, jax.core.Tracer)
 
 
 def _axes(p: Preset, ndim: int | None) -> int:
@@ -163,6 +240,7 @@ def grid(
     dtype: Any = None,
     device: Any = None,
     channels: slice | None = None,
+    like: Any = None,
     **options: Any,
 ) -> Any:
     """The encoding of every cell of a grid, flattened to tokens.
@@ -173,7 +251,7 @@ def grid(
         dim: number of channels.
         preset: a grid convention: ``mae``, ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``,
             ``hf-2d``, ``detr``, or an N-D one (``t2t-nd``, ``tatp22``, ``nerf``).
-        dtype, device, channels: as in :func:`table`.
+        dtype, device, channels, like: as in :func:`table`.
         **options: the preset's options (``cls_token``, ``interpolation_scale``, …).
 
     Returns:
@@ -191,15 +269,25 @@ def grid(
     dim = check_int("dim", dim, minimum=1)
     pl = channel_plan(enc, dim, nd, p.name, channels)
     axes = grid_axes(enc, dims)
+    order = list(range(nd)) if enc.tokens == "row-major" else list(range(nd))[::-1]
+    foreign = _foreign(like, dtype)
+    if foreign is not None:
+        xp, out_dtype = foreign
+        coords = _array_api.grid_coordinates(xp, [a.values() for a in axes], order)
+        body = _array_api.points(xp, coords, pl, out_dtype)
+        lead = xp.zeros((enc.extra_tokens, pl.dim), dtype=out_dtype)
+        return xp.concat((lead, body), axis=0)
+    if _array_api.is_jax(like):
+        return _to_jax(grid, shape, dim, preset=p.name, dtype=dtype, channels=channels, **options)
+    if is_torch(like) and device is None:
+        device = like.device
     bk = backend_for(dtype, device)
     cells = math.prod(dims)
     out = bk.empty((enc.extra_tokens + cells, pl.dim))
     out[: enc.extra_tokens] = 0
     body = out[enc.extra_tokens :]
-    if enc.tokens == "row-major":
-        fill_grid(bk, body.reshape(*dims, pl.dim), pl, axes, list(range(nd)))
-    else:
-        fill_grid(bk, body.reshape(*dims[::-1], pl.dim), pl, axes, list(range(nd))[::-1])
+    view = body.reshape(*[dims[a] for a in order], pl.dim)
+    fill_grid(bk, view, pl, axes, [order.index(a) for a in range(nd)])
     return out
 
 
