@@ -148,3 +148,14 @@ def test_array_api_strict_errors():
         posenc.encode(xps.asarray([True, False]), 8)
     with pytest.raises(posenc.PosencError, match="`dtype` must be a float dtype"):
         posenc.encode(xps.asarray([1, 2]), 8, dtype=xps.int32)
+
+
+def test_nerf_coordinates_on_jax_and_array_api(strict):
+    x = np.random.default_rng(0).uniform(-1, 1, (40, 3)).astype(np.float32)
+    want = posenc.encode(x, 3 * (1 + 2 * 6), preset="nerf", ndim=3)
+    got = jax.jit(lambda c: posenc.encode(c, 3 * (1 + 2 * 6), preset="nerf", ndim=3))(
+        jnp.asarray(x)
+    )
+    assert np.array_equal(_np(got), want)
+    strict_got = posenc.encode(xps.asarray(x), 3 * (1 + 2 * 6), preset="nerf", ndim=3)
+    assert (np.abs(_np(strict_got) - want) <= np.spacing(np.abs(want))).all()
