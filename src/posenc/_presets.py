@@ -225,7 +225,8 @@ PRESETS: dict[str, Preset] = {
                 ),
             },
             "equals MAE when the grid side equals base_size; cls_token=True alone adds no "
-            "row (extra_tokens defaults to 0), as in diffusers",
+            "row (extra_tokens defaults to 0), as in diffusers; the original rounds the scaled "
+            "positions to float32 first (up to ~1e-6 off in the table), posenc uses them exact",
         ),
         Preset(
             "diffusers-3d",
