@@ -203,6 +203,42 @@ def bench_ids_and_grid(threads: int, repeats: int) -> None:
         print(f"| {name} | {ms:.1f} |")
 
 
+def bench_presets(threads: int, repeats: int) -> None:
+    """Every preset at the issue's size: 65536 rows (or grid cells) x 1024 channels."""
+    torch.set_num_threads(threads)
+    posenc.set_num_threads(threads)
+    floor = median_ms(lambda: torch.empty(65536, 1024).fill_(1.0), repeats)
+    print(f"\n### Every preset, 65536 x 1024 float32, {threads} thread(s)\n")
+    print(f"`torch.empty + fill_` floor: {floor:.1f} ms\n")
+    print("| preset | NumPy ms | torch ms | torch / floor |")
+    print("|---|---:|---:|---:|")
+    shapes = {"diffusers-3d": (16, 64, 64), "t2t-nd": (256, 256), "tatp22": (65536,)}
+    for name in posenc.presets():
+        spec = posenc.preset(name)
+        dim = 3 * (1 + 2 * 170) + 1 if name == "nerf" else 1024
+        if name == "nerf":
+            x = np.random.default_rng(0).uniform(-1, 1, (65536 // 3 * 3 // 3, 3))
+            np_ms = median_ms(lambda x=x: posenc.encode(x, 1023, preset="nerf", ndim=3), repeats)
+            tx = torch.from_numpy(x)
+            t_ms = median_ms(lambda tx=tx: posenc.encode(tx, 1023, preset="nerf", ndim=3), repeats)
+        elif spec.encoding.ndim == 1:
+            np_ms = median_ms(lambda name=name: posenc.table(65536, 1024, preset=name), repeats)
+            t_ms = median_ms(
+                lambda name=name: posenc.table(65536, 1024, preset=name, device="cpu"), repeats
+            )
+        else:
+            shape = shapes.get(name, (256, 256))
+            np_ms = median_ms(
+                lambda name=name, shape=shape: posenc.grid(shape, 1024, preset=name), repeats
+            )
+            t_ms = median_ms(
+                lambda name=name, shape=shape: posenc.grid(shape, 1024, preset=name, device="cpu"),
+                repeats,
+            )
+        del dim
+        print(f"| {name} | {np_ms:.1f} | {t_ms:.1f} | {t_ms / floor:.2f} |")
+
+
 _MEMORY_CODE = """
 import resource, sys, numpy as np, torch, posenc
 from benchmarks.bench_tables import implementations
@@ -251,6 +287,8 @@ def main() -> None:
             rows = bench_size(length, d, threads, args.repeats)
             print_table(f"{length} x {d}, float32, {threads} thread(s)", rows)
         bench_ids_and_grid(threads, args.repeats)
+        if not args.quick:
+            bench_presets(threads, args.repeats)
     if not args.quick:
         bench_memory(65536, 1024)
 
