@@ -349,6 +349,17 @@ def test_grid_module_matches_core(preset, grid, dim, kw):
     assert m.state_dict() == {}
 
 
+def test_grid_module_register_tokens():
+    m = GridEncoding(64, preset="hf-2d", num_prefix_tokens=5)
+    pe = m.encoding((4, 6), dtype=torch.float64)
+    assert pe.shape == (5 + 24, 64)
+    assert not pe[:5].any()
+    want = posenc.grid((4, 6), 64, preset="hf-2d", dtype=np.float64)
+    assert (pe[5:] - torch.from_numpy(want)).abs().max() < 1e-12
+    with pytest.raises(PosencError, match="`num_prefix_tokens` must be >= 0"):
+        GridEncoding(64, num_prefix_tokens=-1)
+
+
 def test_grid_module_any_size_per_call_and_errors():
     m = GridEncoding(64, preset="mae", cls_token=True)
     for grid in [(14, 14), (16, 8)]:

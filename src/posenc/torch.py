@@ -479,6 +479,8 @@ class GridEncoding(nn.Module):
             ``detr``, or an N-D one (``t2t-nd``, ``tatp22``).
         channels: ``slice(start, stop)``: only these channels (tensor parallelism).
         device, dtype: of the (empty) probe buffer whose dtype is the default output dtype.
+        num_prefix_tokens: leading all-zero rows for class and register tokens (timm's name),
+            whatever the preset's own option says.
         **options: the preset's options (``cls_token``, ``extra_tokens``, ``reverse_coord``, …);
             ``extra_tokens`` zero rows lead (class and register tokens).
 
@@ -499,6 +501,7 @@ class GridEncoding(nn.Module):
         *,
         preset: str = "mae",
         channels: slice | None = None,
+        num_prefix_tokens: int | None = None,
         device: Any = None,
         dtype: Any = None,
         **options: Any,
@@ -511,6 +514,9 @@ class GridEncoding(nn.Module):
         self.preset = p.name
         self.options = dict(options)
         self.enc = p.resolve(options, grid=True)
+        if num_prefix_tokens is not None:
+            extra = check_int("num_prefix_tokens", num_prefix_tokens)
+            self.enc = self.enc.replace(extra_tokens=extra)
         self._plans: dict[int, _Evaluator] = {}
         if self.enc.ndim is not None:
             self._evaluator(self.enc.ndim)  # refuse a bad width now, not in forward
