@@ -185,6 +185,12 @@ def points_source(bk: Backend, x: Any, integral: bool, omega: np.ndarray) -> Sou
     rows = bk.rows_per_chunk(n)
     w = bk.f64(omega)
     ranges = [(lo, min(count, lo + rows)) for lo in range(0, count, rows)]
+    if not integral and n > 1 and bool(np.all(omega[1:] == 2 * omega[:-1])):
+
+        def doubling(lo: int, hi: int, into: Any) -> None:
+            bk.sincos_doubling(bk.f64(x[lo:hi])[:, None] * w[None, :1], n, into)
+
+        return ranges, doubling
     if not integral or n == 0:
 
         def direct(lo: int, hi: int, into: Any) -> None:
@@ -227,6 +233,7 @@ def _write(
         and not bk.sixteen
         and len(runs) == 1
         and runs[0].src == slice(0, width, 1)
+        and runs[0].dst.step == 1
         and width
     ):
         compute(lo, hi, out[(*index, runs[0].dst)])

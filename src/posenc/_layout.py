@@ -94,22 +94,32 @@ class Plan:
 
 
 def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
-    """Group (dst, src) pairs into strided slices: interleaved is one run, halves two."""
+    """Group (dst, src) pairs into strided slices of both: interleaved is one run, halves two,
+    NeRF's frequency-major channels one per axis."""
     runs: list[Run] = []
     i = 0
     while i < len(pairs):
         d0, s0 = pairs[i]
-        step = pairs[i + 1][1] - s0 if i + 1 < len(pairs) else 1
+        if i + 1 < len(pairs):
+            step_d, step_s = pairs[i + 1][0] - d0, pairs[i + 1][1] - s0
+        else:
+            step_d = step_s = 1
         length = 1
         while (
             i + length < len(pairs)
-            and step > 0
-            and pairs[i + length] == (d0 + length, s0 + length * step)
+            and step_d > 0
+            and step_s > 0
+            and pairs[i + length] == (d0 + length * step_d, s0 + length * step_s)
         ):
             length += 1
         if length == 1:
-            step = 1
-        runs.append(Run(slice(d0, d0 + length), slice(s0, s0 + (length - 1) * step + 1, step)))
+            step_d = step_s = 1
+        runs.append(
+            Run(
+                slice(d0, d0 + (length - 1) * step_d + 1, step_d),
+                slice(s0, s0 + (length - 1) * step_s + 1, step_s),
+            )
+        )
         i += length
     return tuple(runs)
 
