@@ -206,7 +206,7 @@ def test_tatp22_table_is_its_1d():
 
 
 @pytest.mark.parametrize("nd", [1, 3])
-@pytest.mark.parametrize("levels", [1, 4, 10])
+@pytest.mark.parametrize("levels", [1, 4, 10, 30])
 def test_nerf(nd, levels):
     x = np.random.default_rng(1).uniform(-1, 1, size=(50, nd))
     got = posenc.encode(x, nd * (1 + 2 * levels), preset="nerf", ndim=nd, **F64)
