@@ -239,3 +239,13 @@ def test_every_preset_is_tested_and_documented():
         assert p.origin
         assert p.summary
         assert p.quirks
+
+
+@pytest.mark.parametrize("offset", [0.5, -3.75, 100_000.25])
+def test_real_offsets_and_scaled_grids(offset):
+    # real progressions take the coarse/fine split around sqrt(length), not the integer one
+    close(posenc.table(3000, 64, offset=offset, **F64), ref.vaswani(3000, 64, offset=offset), 1e-10)
+    got = posenc.grid(
+        (300, 7), 64, preset="diffusers-2d", interpolation_scale=0.7, base_size=13, **F64
+    )
+    close(got, ref.diffusers_2d(64, (300, 7), interpolation_scale=0.7, base_size=13))
