@@ -180,9 +180,16 @@ def bench_ids_and_grid(threads: int, repeats: int) -> None:
     ids = rng.integers(0, 8192, (8, 2048))
     table = posenc.table(8192, 1024)
     tids, ttable = torch.from_numpy(ids), torch.from_numpy(table)
+    runs = rng.integers(0, 6144, (8, 1)) + np.arange(2048)  # per-row offsets (KV caches)
     results = {
         "gather rows of a precomputed table (NumPy)": median_ms(lambda: table[ids], repeats),
         "posenc.encode(ids) (NumPy)": median_ms(lambda: posenc.encode(ids, 1024), repeats),
+        "gather, ids = per-row offset + arange(2048) (NumPy)": median_ms(
+            lambda: table[runs], repeats
+        ),
+        "posenc.encode(per-row offset + arange(2048)) (NumPy)": median_ms(
+            lambda: posenc.encode(runs, 1024), repeats
+        ),
         "gather rows of a precomputed table (torch)": median_ms(lambda: ttable[tids], repeats),
         "posenc.encode(ids) (torch)": median_ms(lambda: posenc.encode(tids, 1024), repeats),
         "1D table 4096 x 1024 (NumPy)": median_ms(lambda: posenc.table(4096, 1024), repeats),

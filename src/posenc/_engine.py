@@ -42,6 +42,7 @@ PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("PROGRESS",
 DIRECT = 64  # real progressions shorter than this are evaluated directly
 LEVEL = 256  # integer positions: p = a * LEVEL**2 + b * LEVEL + c, balanced digits
 HALF = LEVEL // 2
+MIN_RUN = 256  # integer positions in runs at least this long are written run by run
 
 Source = tuple[list[tuple[int, int]], Callable[[int, int, Any], None]]
 """Row ranges, and a function writing the ``[hi-lo, 2n]`` basis of one range into an array
@@ -288,12 +289,20 @@ def fill_grid(
 def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> None:
     """Fill ``out`` ``[N, dim]`` from positions ``x`` ``[N, ndim]``.
 
-    Integer positions of one axis that span no more values than there are positions (token
-    ids, KV-cache steps) are served as rows of the table of their span, which costs about
-    one gather.
+    Integer positions of one axis are served the cheapest exact way: positions that come in
+    runs of consecutive values (per-row offsets, KV-cache steps, packed sequences) are
+    written as tables, run by run; positions that span no more values than there are of
+    them, as rows gathered from the table of their span. Every way gives the same bits.
     """
-    if integral and plan.ndim == 1:
+    if integral and plan.ndim == 1 and x.shape[0]:
         xs = np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64).reshape(-1)
+        breaks = np.flatnonzero(np.diff(xs) != 1) + 1
+        starts = np.concatenate(([0], breaks))
+        ends = np.concatenate((breaks, [xs.shape[0]]))
+        if (ends - starts).min() >= MIN_RUN:
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+                fill_grid(bk, out[a:b], plan, [Progression(float(xs[a]), 1.0, b - a)], [0])
+            return
         lowest, highest = int(xs.min()), int(xs.max())
         if highest - lowest < xs.shape[0]:
             table = bk.empty((highest - lowest + 1, plan.dim))
