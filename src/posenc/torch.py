@@ -238,6 +238,13 @@ class _Cached(nn.Module):
         traced code evaluates the same float64 formula with torch ops (within one ulp)."""
         tracing = torch.compiler.is_compiling() or torch.compiler.is_exporting()
         if not tracing and not positions.is_floating_point():
+            if (
+                self._usable(0, dtype, positions.device)
+                and positions.numel()
+                and int(positions.min()) >= 0
+                and int(positions.max()) < self.cache.shape[0]
+            ):
+                return self.cache[positions]  # the same bits: the cache is the core's table
             return _api.encode(
                 positions,
                 self.dim,
@@ -459,14 +466,6 @@ class SinusoidalEmbedding(_Cached):
             raise PosencError("`step` applies with from_tokens=True only")
         else:
             pos = input
-        if (
-            not torch.compiler.is_compiling()
-            and self._usable(0, dtype, input.device)
-            and pos.numel()
-            and int(pos.min()) >= 0
-            and int(pos.max()) < self.cache.shape[0]
-        ):
-            return self.cache[pos]
         return self._rows(pos, dtype)
 
 
