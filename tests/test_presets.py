@@ -249,3 +249,17 @@ def test_real_offsets_and_scaled_grids(offset):
         (300, 7), 64, preset="diffusers-2d", interpolation_scale=0.7, base_size=13, **F64
     )
     close(got, ref.diffusers_2d(64, (300, 7), interpolation_scale=0.7, base_size=13))
+
+
+def test_a_convention_of_your_own_is_data():
+    mine = posenc.Preset(
+        "mine",
+        "my lab",
+        "halves, base 500",
+        posenc.Encoding(layout="halves", base=500.0, shift=1.0, widths="floor"),
+    )
+    close(posenc.table(40, 9, preset=mine, **F64), ref.t2t_1d(40, 9, 1.0, 500.0))
+    grid = posenc.Preset("g", "me", "hf-2d again", posenc.Encoding(ndim=2, layout="halves"))
+    assert np.array_equal(
+        posenc.grid((3, 4), 16, preset=grid), posenc.grid((3, 4), 16, preset="hf-2d")
+    )
