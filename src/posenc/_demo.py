@@ -56,16 +56,15 @@ def run(out_dir: Path, *, force: bool) -> int:
     lines.append("heatmap.png: Whisper's table, sines in channels 0-63 and cosines in 64-127")
 
     tables = {
-        name: _api.table(512, 128, preset=name, dtype=np.float64)
-        for name in ("vaswani", "whisper", "tatp22")
+        "vaswani": _api.table(512, 128, dtype=np.float64),
+        "whisper (tensor2tensor spacing)": _api.table(512, 128, preset="whisper", dtype=np.float64),
+        "vaswani with base=500": _api.table(512, 128, base=500.0, dtype=np.float64),
     }
     figs["similarity.png"] = _plots.similarity(tables, "similarity of two positions by distance")
     sim = {k: _plots.similarity_by_distance(v) for k, v in tables.items()}
     lines.append(
-        "similarity.png: cos-similarity of PE(p) and PE(p+k) depends on k alone; at k=10 it is "
-        + ", ".join(f"{k} {s[10]:.3f}" for k, s in sim.items())
-        + "; at k=100 "
-        + ", ".join(f"{k} {s[100]:.3f}" for k, s in sim.items())
+        "similarity.png: cos-similarity of PE(p) and PE(p+k) depends on k alone; at k = 10 / "
+        "100: " + "; ".join(f"{k} {v[10]:.3f} / {v[100]:.3f}" for k, v in sim.items())
     )
 
     grid = _api.grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
