@@ -81,6 +81,31 @@ def test_table_formats_read_back(tmp_path, fmt):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
 
 
+def test_large_npy_is_streamed_and_identical(tmp_path):
+    path = tmp_path / "big.npy"
+    rows = (1 << 26) // (256 * 4) + 777  # just over the streaming threshold
+    proc = run(
+        "table",
+        "fairseq",
+        "--length",
+        str(rows),
+        "--dim",
+        "256",
+        "--offset",
+        "3",
+        "--set",
+        "padding_idx=5",
+        "-o",
+        str(path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "in slices" in proc.stdout
+    got = np.load(path, mmap_mode="r")
+    want = posenc.table(rows, 256, preset="fairseq", offset=3, padding_idx=5)
+    assert np.array_equal(got, want)
+    assert not want[2].any()
+
+
 def test_table_grid_offset_dtype_and_options(tmp_path):
     path = tmp_path / "g.npy"
     proc = run(

@@ -20,7 +20,7 @@ import numpy as np
 from . import _api
 from ._engine import PROGRESS
 from ._errors import PosencError
-from ._io import MissingDependency, check_writable, file_format, need, read, write
+from ._io import MissingDependency, atomic, check_writable, file_format, need, read, write
 
 EXIT_USAGE = 2
 
@@ -104,10 +104,53 @@ class _Bar:
             sys.stderr.write("\n")
 
 
+STREAM_BYTES = 1 << 26  # 1D .npy tables larger than this are computed and written in slices
+
+
+def _stream_npy(args: argparse.Namespace, path: Path) -> bool:
+    """Write a large 1D table to .npy slice by slice, in bounded memory. Each slice is
+    computed with its own offset; integer positions make it the same bits as one call."""
+    p = _api.preset(args.preset)
+    rows, dim = args.length, args.dim
+    if (
+        args.grid is not None
+        or p.encoding.ndim not in (1, None)
+        or args.dtype == "bfloat16"
+        or not float(args.offset).is_integer()
+        or rows * dim * np.dtype(args.dtype).itemsize <= STREAM_BYTES
+    ):
+        return False
+    opts = _options(args.set)
+    step = max(1, STREAM_BYTES // (dim * np.dtype(args.dtype).itemsize))
+    first = _api.table(
+        min(rows, step), dim, preset=args.preset, offset=args.offset, dtype=args.dtype, **opts
+    )  # checks every argument before the file
+    bar = _Bar(f"posenc table {args.preset}")
+    with atomic(path) as tmp:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=args.dtype, shape=(rows, dim))
+        for lo in range(0, rows, step):
+            n = min(step, rows - lo)
+            out[lo : lo + n] = (
+                first
+                if lo == 0
+                else _api.table(
+                    n, dim, preset=args.preset, offset=args.offset + lo, dtype=args.dtype, **opts
+                )
+            )
+            bar(lo + n, rows)
+        out.flush()
+        del out
+    bar.close()
+    return True
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     path = Path(args.output)
     fmt = file_format(path, args.format)
     check_writable(path, args.force)
+    if fmt == "npy" and _stream_npy(args, path):
+        print(f"wrote {path} (npy, {args.length}x{args.dim} {args.dtype}, in slices)")
+        return 0
     bar = _Bar(f"posenc table {args.preset}")
     token = PROGRESS.set(bar)
     try:
@@ -177,8 +220,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _save(fig: Any, path: Path) -> None:
-    from ._io import atomic
-
     with atomic(path) as tmp:
         fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=110)
 
