@@ -93,9 +93,6 @@ class NumpyBackend:
     def empty(self, shape: tuple[int, ...]) -> np.ndarray:
         return np.empty(shape, dtype=self.dtype)
 
-    def zeros(self, shape: tuple[int, ...]) -> np.ndarray:
-        return np.zeros(shape, dtype=self.dtype)
-
     def f64(self, x: Any) -> np.ndarray:
         return np.asarray(x, dtype=np.float64)
 
@@ -190,9 +187,6 @@ class TorchBackend:
             raw = np.empty(shape, dtype=f"i{self.dtype.itemsize}")
             return t.from_numpy(raw).view(self.dtype)
         return t.empty(shape, dtype=self.dtype, device=self.device)
-
-    def zeros(self, shape: tuple[int, ...]) -> Any:
-        return self.torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def f64(self, x: Any) -> Any:
         t = self.torch

@@ -87,6 +87,11 @@ def _levels(omega_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
     return tables[0], tables[1]
 
 
+def _host_ints(x: Any) -> np.ndarray:
+    """Integer positions (NumPy or torch, any device) as an int64 NumPy array."""
+    return np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64)
+
+
 def _digits(p: Any) -> tuple[Any, Any]:
     """``p = LEVEL * high + (low - HALF)`` with ``0 <= low < LEVEL``: balanced digits."""
     return divmod(p + HALF, LEVEL)
@@ -198,7 +203,7 @@ def points_source(bk: Backend, x: Any, integral: bool, omega: np.ndarray) -> Sou
             bk.sincos(bk.f64(x[lo:hi])[:, None] * w[None, :], into)
 
         return ranges, direct
-    xs = np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64)
+    xs = _host_ints(x)
     blocks, c = _digits(xs)
     unique, where = np.unique(blocks, return_inverse=True)
     coarse = _canonical_coarse(bk, unique, omega)
@@ -295,7 +300,7 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
     them, as rows gathered from the table of their span. Every way gives the same bits.
     """
     if integral and plan.ndim == 1 and x.shape[0]:
-        xs = np.asarray(x.cpu() if hasattr(x, "cpu") else x, dtype=np.int64).reshape(-1)
+        xs = _host_ints(x).reshape(-1)
         breaks = np.flatnonzero(np.diff(xs) != 1) + 1
         starts = np.concatenate(([0], breaks))
         ends = np.concatenate((breaks, [xs.shape[0]]))

@@ -28,8 +28,8 @@ def check_int(name: str, value: Any, *, minimum: int | None = 0) -> int:
     return int(value)
 
 
-def check_real(name: str, value: Any, *, positive: bool = False, nonzero: bool = False) -> float:
-    """`value` as a finite float (optionally > 0, or != 0)."""
+def check_real(name: str, value: Any, *, positive: bool = False) -> float:
+    """`value` as a finite float (optionally > 0)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PosencError(f"`{name}` must be a real number, got {value!r}")
     out = float(value)
@@ -37,8 +37,6 @@ def check_real(name: str, value: Any, *, positive: bool = False, nonzero: bool =
         raise PosencError(f"`{name}` must be finite, got {value!r}")
     if positive and out <= 0:
         raise PosencError(f"`{name}` must be > 0, got {value!r}")
-    if nonzero and out == 0:
-        raise PosencError(f"`{name}` must be nonzero, got {value!r}")
     return out
 
 
