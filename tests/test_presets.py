@@ -263,3 +263,52 @@ def test_a_convention_of_your_own_is_data():
     assert np.array_equal(
         posenc.grid((3, 4), 16, preset=grid), posenc.grid((3, 4), 16, preset="hf-2d")
     )
+
+
+def _correctly_rounded(got, want64: np.ndarray, dtype) -> None:
+    """``got`` equals ``want64`` rounded once to ``dtype`` (NumPy's float64 casts round
+    correctly), except where ``want64`` lies within 1e-12 of a rounding midpoint."""
+    got = np.asarray(got.float().double() if hasattr(got, "float") else got, dtype=np.float64)
+    assert got.shape == want64.shape
+    near = want64.astype(dtype)
+    other = np.nextafter(near, np.where(want64 > near, np.inf, -np.inf).astype(dtype))
+    mid = (near.astype(np.float64) + other.astype(np.float64)) / 2
+    decided = (near.astype(np.float64) == want64) | (np.abs(want64 - mid) > 1e-12)
+    assert decided.mean() > 0.95  # a grid repeats each undecided value along its other axes
+    bad = decided & (got != near.astype(np.float64))
+    assert not bad.any(), f"{bad.sum()} values not correctly rounded, e.g. {np.argwhere(bad)[0]}"
+
+
+HALVES = [  # [sin | cos] blocks (cos first for flip_sin_to_cos), 1-, 2- and 3-D
+    ("whisper", lambda **kw: posenc.table(700, 96, preset="whisper", **kw), ref.whisper(700, 96)),
+    (
+        "timestep-flip",
+        lambda **kw: posenc.table(600, 64, preset="timestep", offset=3, flip_sin_to_cos=True, **kw),
+        ref.timestep(np.arange(3, 603), 64, flip_sin_to_cos=True),
+    ),
+    ("mae", lambda **kw: posenc.grid((40, 24), 64, preset="mae", **kw), ref.mae(64, (40, 24))),
+    (
+        "t2t-nd",
+        lambda **kw: posenc.grid((20, 6, 5), 36, preset="t2t-nd", **kw),
+        ref.t2t_nd((20, 6, 5), 36),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", HALVES, ids=[c[0] for c in HALVES])
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_halves_layouts_every_backend_and_dtype(case, lib, dtype):
+    _, make, want = case
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        got = make(dtype=getattr(torch, dtype))
+        assert got.dtype == getattr(torch, dtype)
+    else:
+        got = make(dtype=dtype)
+        assert got.dtype == np.dtype(dtype)
+    got = got.reshape(want.shape)
+    if dtype == "float64":
+        close(np.asarray(got), want, 1e-9)
+    else:
+        _correctly_rounded(got, want, np.dtype(dtype))

@@ -102,8 +102,20 @@ class NumpyBackend:
         needs rounding to odd first, else the output dtype (one rounding, fused)."""
         return np.dtype(np.float64) if self.sixteen else self.dtype
 
-    def temp(self, rows: int, width: int) -> np.ndarray:
-        return np.empty((rows, width), dtype=self.basis_dtype)
+    def temp(self, rows: int, width: int, *, exact: bool = False) -> np.ndarray:
+        """A basis buffer: float64 when ``exact``, else ``basis_dtype``."""
+        return np.empty((rows, width), dtype=np.float64 if exact else self.basis_dtype)
+
+    def unpair(self, into: np.ndarray, pairs: np.ndarray, *, cos_first: bool) -> None:
+        """``into[..., :n] = pairs[..., 0]`` and ``into[..., n:] = pairs[..., 1]`` (swapped
+        when ``cos_first``), rounded to ``into``'s dtype: one transposing copy."""
+        n = pairs.shape[-2]
+        *lead, step = into.strides
+        halves = np.lib.stride_tricks.as_strided(
+            into, (*into.shape[:-1], 2, n), (*lead, n * step, step)
+        )
+        src = np.swapaxes(pairs, -1, -2)
+        halves[...] = src[..., ::-1, :] if cos_first else src
 
     def sincos(self, theta: np.ndarray, into: np.ndarray) -> None:
         """``into[:, 2i] = sin(theta[:, i])``, ``into[:, 2i+1] = cos``, rounded once."""
@@ -198,8 +210,18 @@ class TorchBackend:
     def basis_dtype(self) -> Any:
         return self.torch.float64 if self.sixteen else self.dtype
 
-    def temp(self, rows: int, width: int) -> Any:
-        return self.torch.empty((rows, width), dtype=self.basis_dtype, device=self.device)
+    def temp(self, rows: int, width: int, *, exact: bool = False) -> Any:
+        dtype = self.torch.float64 if exact else self.basis_dtype
+        return self.torch.empty((rows, width), dtype=dtype, device=self.device)
+
+    def unpair(self, into: Any, pairs: Any, *, cos_first: bool) -> None:
+        halves = into.unflatten(-1, (2, pairs.shape[-2]))
+        src = pairs.transpose(-1, -2)
+        if cos_first:  # torch has no negative strides; flip() would copy
+            halves[..., 0, :] = src[..., 1, :]
+            halves[..., 1, :] = src[..., 0, :]
+        else:
+            halves.copy_(src)
 
     def sincos(self, theta: Any, into: Any) -> None:
         pairs = into.view(*theta.shape, 2)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ._backends import Backend
-from ._layout import AxisPlan, Plan
+from ._layout import AxisPlan, Plan, Run
 from ._positions import Progression
 
 PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("PROGRESS", default=None)
@@ -234,6 +234,7 @@ def _write(
     """
     width = 2 * len(ap.omega)
     runs = ap.runs
+    halves = _halves(runs, width)
     if (
         len(shape) == 1
         and not bk.sixteen
@@ -243,6 +244,14 @@ def _write(
         and width
     ):
         compute(lo, hi, out[(*index, runs[0].dst)])
+    elif halves is not None:
+        # one axis's [sin | cos] block: the float64 basis is transposed and rounded in one
+        # copy, instead of being rounded and then copied twice with stride 2
+        start, cos_first = halves
+        basis = bk.temp(hi - lo, width, exact=True)
+        compute(lo, hi, basis)
+        pairs = bk.rounded(basis).reshape(*shape, width // 2, 2)
+        bk.unpair(out[(*index, slice(start, start + width))], pairs, cos_first=cos_first)
     else:
         basis = bk.temp(hi - lo, width)
         compute(lo, hi, basis)
@@ -251,6 +260,24 @@ def _write(
             out[(*index, run.dst)] = basis[:, run.src].reshape(*shape, -1)
     for j in ap.identity:
         out[(*index, j)] = bk.rounded(x).reshape(shape)
+
+
+def _halves(runs: tuple[Run, ...], width: int) -> tuple[int, bool] | None:
+    """``(start, cos_first)`` where an axis's channels are ``[sin | cos]`` (or ``[cos | sin]``)
+    of all its frequencies at ``start : start + width``; else None."""
+    if len(runs) != 2 or width < 4:
+        return None
+    n = width // 2
+    a, b = runs
+    if a.src.start == 1:
+        a, b = b, a
+    ok = (
+        (a.src.start, a.src.step, b.src.start, b.src.step) == (0, 2, 1, 2)
+        and a.dst.step == b.dst.step == 1
+        and a.dst.stop - a.dst.start == b.dst.stop - b.dst.start == n
+        and abs(a.dst.start - b.dst.start) == n
+    )
+    return (min(a.dst.start, b.dst.start), b.dst.start < a.dst.start) if ok else None
 
 
 def fill_grid(
