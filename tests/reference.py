@@ -159,7 +159,7 @@ def timm_2d(feat_shape, dim=64, temperature=10000.0, reverse_coord=False, interl
     return emb.reshape(emb.shape[0], -1)
 
 
-def hf_2d(height, width, embed_dim=256, temperature=10000.0):
+def hf_2d(height, width, embed_dim=256, temperature=10000.0, cls_token=False):
     grid_h, grid_w = np.meshgrid(
         np.arange(height, dtype=np.float64), np.arange(width, dtype=np.float64), indexing="ij"
     )
@@ -167,7 +167,8 @@ def hf_2d(height, width, embed_dim=256, temperature=10000.0):
     omega = 1.0 / temperature ** (np.arange(pos_dim) / pos_dim)
     out_h = grid_h.reshape(-1)[:, None] * omega[None]
     out_w = grid_w.reshape(-1)[:, None] * omega[None]
-    return np.concatenate([np.sin(out_h), np.cos(out_h), np.sin(out_w), np.cos(out_w)], axis=1)
+    pe = np.concatenate([np.sin(out_h), np.cos(out_h), np.sin(out_w), np.cos(out_w)], axis=1)
+    return np.concatenate([np.zeros((1, embed_dim)), pe]) if cls_token else pe
 
 
 def detr(mask, num_pos_feats=64, temperature=10000, normalize=False, scale=None):

@@ -163,6 +163,8 @@ def test_timm_2d(shape, reverse, interleave):
 def test_hf_2d(shape):
     got = posenc.grid(shape, 64, preset="hf-2d", **F64)
     close(got, ref.hf_2d(*shape, embed_dim=64))
+    got = posenc.grid(shape, 64, preset="hf-2d", cls_token=True, temperature=100.0, **F64)
+    close(got, ref.hf_2d(*shape, embed_dim=64, temperature=100.0, cls_token=True))
 
 
 def _mask(rng, b, h, w):

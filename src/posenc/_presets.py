@@ -284,8 +284,9 @@ PRESETS: dict[str, Preset] = {
             "HF transformers build_2d_sinusoidal_position_embedding",
             "2D grid, row-major, [sin h | cos h | sin w | cos w]",
             Encoding(**_2D),  # type: ignore[arg-type]
-            {"temperature": TEMPERATURE},
-            "MAE with its halves swapped",
+            {"temperature": TEMPERATURE, "cls_token": MAE_CLS},
+            "MAE with its halves swapped (ViT-MAE, AIMv2, RT-DETR and D-FINE in transformers); "
+            "frequencies temperature**(-k / (dim/4)); dim % 4 == 0",
         ),
         Preset(
             "detr",
