@@ -349,6 +349,29 @@ def test_grid_module_matches_core(preset, grid, dim, kw):
     assert m.state_dict() == {}
 
 
+@pytest.mark.parametrize(
+    ("preset", "grid", "dim", "kw"),
+    [
+        ("mae", (5, 7), 64, {}),
+        ("diffusers-3d", (3, 4, 5), 64, {}),
+        ("timm-2d", (5, 7), 32, {"reverse_coord": True, "interleave_sin_cos": True}),
+        ("t2t-nd", (3, 4, 5), 26, {}),
+        ("tatp22", (3, 4, 5), 22, {}),
+        ("nerf", (4, 3), 2 + 2 * 2 * 5, {}),
+    ],
+)
+@pytest.mark.parametrize("channels", [None, slice(3, 17)])
+def test_grid_module_traced_formula_matches_core(monkeypatch, preset, grid, dim, kw, channels):
+    # what torch.compile and export run: each axis evaluates its own frequencies only
+    m = GridEncoding(dim, preset=preset, channels=channels, **kw)
+    want = posenc.grid(grid, dim, preset=preset, dtype=np.float64, channels=channels, **kw)
+    assert torch.equal(m.encoding(grid, dtype=torch.float64), torch.from_numpy(want))  # eager
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    got = m.encoding(grid, dtype=torch.float64)
+    assert got.shape == want.shape
+    assert (got - torch.from_numpy(want)).abs().max() < 1e-12
+
+
 def test_grid_module_register_tokens():
     m = GridEncoding(64, preset="hf-2d", num_prefix_tokens=5)
     pe = m.encoding((4, 6), dtype=torch.float64)

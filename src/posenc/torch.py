@@ -85,29 +85,43 @@ class _Evaluator:
         """Per-axis positions ``[L_a]`` -> the grid's encoding, separably.
 
         ``order[i]`` is the position axis that output dimension ``i`` runs along, so the
-        result is ``[L_order[0], …, L_order[k-1], dim]``.
+        result is ``[L_order[0], …, L_order[k-1], dim]``. Each axis evaluates its own
+        frequencies only; its part is zero in the other axes' channels, so the parts add up
+        exactly.
         """
         k = len(axes)
-        shape = [int(axes[a].shape[0]) for a in order]
         device = axes[0].device
-        owner = torch.tensor([self._owner(j) for j in range(self.dim)], device=device)
-        out = torch.zeros(*shape, self.dim, dtype=torch.float64, device=device)
+        out: Tensor | None = None
         for a, pos in enumerate(axes):
-            coords = torch.zeros(pos.shape[0], k, dtype=torch.float64, device=device)
-            coords[:, a] = pos.to(torch.float64)
+            us = [u for u, b in enumerate(self.axis) if b == a]
+            x64 = pos.to(torch.float64).unsqueeze(-1)
+            w = torch.tensor([self.omega[u] for u in us], dtype=torch.float64, device=device)
+            theta = x64 * w
+            basis = torch.stack((theta.sin(), theta.cos()), dim=-1).flatten(-2)
+            basis = torch.cat((basis, torch.zeros_like(x64), x64), dim=-1)
+            local = torch.tensor(self._local(a, us), dtype=torch.long, device=device)
             view = [1] * k
             view[order.index(a)] = int(pos.shape[0])
-            part = self.points(coords, torch.float64).reshape(*view, self.dim)
-            out = torch.where(owner == a, part, out)
+            part = basis.index_select(-1, local).reshape(*view, self.dim)
+            out = part if out is None else out + part
+        assert out is not None
         return _round(out, dtype)
 
-    def _owner(self, j: int) -> int:
-        """The axis channel ``j`` depends on (-1 for a zero channel)."""
+    def _local(self, a: int, us: list[int]) -> list[int]:
+        """For each channel, its column in axis ``a``'s basis ``[sin, cos, …, 0, x_a]``;
+        channels of other axes (and zero channels) take the zero column."""
         u = len(self.omega)
-        i = self.index[j]
-        if i < 2 * u:
-            return self.axis[i // 2]
-        return -1 if i == 2 * u else i - 2 * u - 1
+        n = len(us)
+        where = {g: i for i, g in enumerate(us)}
+        cols = []
+        for i in self.index:
+            if i < 2 * u and (i // 2) in where:
+                cols.append(2 * where[i // 2] + i % 2)
+            elif i == 2 * u + 1 + a:
+                cols.append(2 * n + 1)
+            else:
+                cols.append(2 * n)
+        return cols
 
 
 def _resolve(
@@ -513,6 +527,7 @@ class GridEncoding(nn.Module):
         self.preset = p.name
         self.options = dict(options)
         self.enc = p.resolve(options, grid=True)
+        self._core_extra = self.enc.extra_tokens  # zero rows posenc.grid leads with
         if num_prefix_tokens is not None:
             extra = check_int("num_prefix_tokens", num_prefix_tokens)
             self.enc = self.enc.replace(extra_tokens=extra)
@@ -540,7 +555,20 @@ class GridEncoding(nn.Module):
         dims = grid_shape(tuple(grid), self.enc.ndim)
         ev = self._evaluator(len(dims))
         enc = self.enc
-        device = self.probe.device if device is None else device
+        device = torch.device(self.probe.device if device is None else device)
+        dtype = dtype or self.probe.dtype
+        tracing = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        if not tracing and device.type != "meta":  # eager: the core, bit for bit posenc.grid
+            full = _api.grid(
+                dims,
+                self.dim,
+                preset=self.preset,
+                dtype=dtype,
+                device=device,
+                channels=self.channels,
+                **self.options,
+            )
+            return self._lead(full[self._core_extra :])
         axes = [
             torch.arange(prog.length, dtype=torch.float64, device=device) * prog.step + prog.start
             for prog in grid_axes(enc, dims)
@@ -548,7 +576,7 @@ class GridEncoding(nn.Module):
         order = list(range(len(dims)))
         if enc.tokens == "column-major":
             order.reverse()
-        body = ev.grid(axes, order, dtype or self.probe.dtype).reshape(-1, self.width)
+        body = ev.grid(axes, order, dtype).reshape(-1, self.width)
         return self._lead(body)
 
     def _lead(self, body: Tensor) -> Tensor:
