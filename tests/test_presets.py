@@ -314,3 +314,18 @@ def test_halves_layouts_every_backend_and_dtype(case, lib, dtype):
         close(np.asarray(got), want, 1e-9)
     else:
         _correctly_rounded(got, want, np.dtype(dtype))
+
+
+@pytest.mark.parametrize("levels", [10, 24])
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_nerf_float32_correctly_rounded(levels, lib):
+    # levels between direct evaluations come from squaring phasors: the error this adds
+    # (below 1e-12) must not change a single float32 rounding outside the undecided band
+    x = np.random.default_rng(2).uniform(-4, 4, size=(3000, 3))
+    dim = 3 * (1 + 2 * levels)
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        got = posenc.encode(torch.from_numpy(x), dim, preset="nerf", ndim=3, dtype=torch.float32)
+    else:
+        got = posenc.encode(x, dim, preset="nerf", ndim=3)
+    _correctly_rounded(got, ref.nerf(x, levels), np.dtype(np.float32))

@@ -106,16 +106,19 @@ class NumpyBackend:
         """A basis buffer: float64 when ``exact``, else ``basis_dtype``."""
         return np.empty((rows, width), dtype=np.float64 if exact else self.basis_dtype)
 
-    def unpair(self, into: np.ndarray, pairs: np.ndarray, *, cos_first: bool) -> None:
-        """``into[..., :n] = pairs[..., 0]`` and ``into[..., n:] = pairs[..., 1]`` (swapped
-        when ``cos_first``), rounded to ``into``'s dtype: one transposing copy."""
-        n = pairs.shape[-2]
-        *lead, step = into.strides
-        halves = np.lib.stride_tricks.as_strided(
-            into, (*into.shape[:-1], 2, n), (*lead, n * step, step)
+    def scatter_pairs(
+        self, into: np.ndarray, pairs: np.ndarray, sin: int, cos: int, step: int
+    ) -> None:
+        """``into[..., sin + k*step] = pairs[..., k, 0]`` and ``into[..., cos + k*step] =
+        pairs[..., k, 1]``, rounded to ``into``'s dtype, in one copy through a strided view."""
+        first = min(sin, cos)
+        item = into.strides[-1]
+        view = np.lib.stride_tricks.as_strided(
+            into[..., first:],
+            (*into.shape[:-1], pairs.shape[-2], 2),
+            (*into.strides[:-1], step * item, abs(cos - sin) * item),
         )
-        src = np.swapaxes(pairs, -1, -2)
-        halves[...] = src[..., ::-1, :] if cos_first else src
+        view[...] = pairs if sin < cos else pairs[..., ::-1]
 
     def sincos(self, theta: np.ndarray, into: np.ndarray) -> None:
         """``into[:, 2i] = sin(theta[:, i])``, ``into[:, 2i+1] = cos``, rounded once."""
@@ -123,11 +126,18 @@ class NumpyBackend:
         np.cos(theta, out=into[:, 1::2], casting="same_kind")
 
     def sincos_doubling(self, theta: np.ndarray, n: int, into: np.ndarray) -> None:
-        """``sincos`` of ``theta * 2**k`` for ``k < n`` (``theta``: ``[rows, 1]``), by the
-        doubling formulas: one sine per row instead of ``n`` (NeRF's frequencies)."""
-        pairs = np.empty((theta.shape[0], n, 2))
-        _doubling(pairs, theta[:, 0], np.sin, np.cos)
-        into[...] = pairs.reshape(theta.shape[0], 2 * n)
+        """``sincos`` of ``theta * 2**k`` for ``k < n`` (``theta``: ``[rows, 1]``), by
+        squaring phasors: one sine and cosine per row instead of ``n`` (NeRF's frequencies)."""
+        z = np.empty((n, theta.shape[0]), dtype=np.complex128)
+
+        def seed(k: int, t: np.ndarray) -> None:
+            np.cos(t, out=z[k].real)
+            np.sin(t, out=z[k].imag)
+
+        _doubling(z, theta[:, 0], seed, lambda k: np.square(z[k - 1], out=z[k]))
+        pairs = into.reshape(theta.shape[0], n, 2)
+        pairs[..., 0] = z.imag.T
+        pairs[..., 1] = z.real.T
 
     def phasors(self, theta: np.ndarray, *, coarse: bool) -> np.ndarray:
         """Complex factors whose products are ``sin + i cos`` of summed angles.
@@ -214,14 +224,14 @@ class TorchBackend:
         dtype = self.torch.float64 if exact else self.basis_dtype
         return self.torch.empty((rows, width), dtype=dtype, device=self.device)
 
-    def unpair(self, into: Any, pairs: Any, *, cos_first: bool) -> None:
-        halves = into.unflatten(-1, (2, pairs.shape[-2]))
-        src = pairs.transpose(-1, -2)
-        if cos_first:  # torch has no negative strides; flip() would copy
-            halves[..., 0, :] = src[..., 1, :]
-            halves[..., 1, :] = src[..., 0, :]
-        else:
-            halves.copy_(src)
+    def scatter_pairs(self, into: Any, pairs: Any, sin: int, cos: int, step: int) -> None:
+        first = min(sin, cos)
+        item = into.stride(-1)
+        view = into[..., first:].as_strided(
+            (*into.shape[:-1], pairs.shape[-2], 2),
+            (*into.stride()[:-1], step * item, abs(cos - sin) * item),
+        )
+        view.copy_(pairs if sin < cos else pairs.flip(-1))  # torch has no negative strides
 
     def sincos(self, theta: Any, into: Any) -> None:
         pairs = into.view(*theta.shape, 2)
@@ -230,9 +240,14 @@ class TorchBackend:
 
     def sincos_doubling(self, theta: Any, n: int, into: Any) -> None:
         t = self.torch
-        pairs = t.empty((theta.shape[0], n, 2), dtype=t.float64, device=self.device)
-        _doubling(pairs, theta[:, 0], t.sin, t.cos)
-        into[...] = pairs.reshape(theta.shape[0], 2 * n)
+        z = t.empty((n, theta.shape[0]), dtype=t.complex128, device=self.device)
+
+        def seed(k: int, a: Any) -> None:
+            z[k] = t.complex(t.cos(a), t.sin(a))
+
+        _doubling(z, theta[:, 0], seed, lambda k: t.mul(z[k - 1], z[k - 1], out=z[k]))
+        pairs = t.view_as_real(z).permute(1, 0, 2).flip(-1)  # [rows, n, (sin, cos)]
+        into.view(theta.shape[0], n, 2).copy_(pairs)
 
     def phasors(self, theta: Any, *, coarse: bool) -> Any:
         t = self.torch
@@ -261,21 +276,23 @@ class TorchBackend:
 Backend = NumpyBackend | TorchBackend
 
 
-DOUBLINGS = 8  # steps between direct evaluations: errors grow by at most 2**8 * 2^-52
+DOUBLINGS = 10  # levels per direct evaluation: errors grow to at most about 2**11 * 2^-52
 
 
-def _doubling(pairs: Any, a: Any, sin: Any, cos: Any) -> None:
-    """``pairs[:, k] = (sin, cos)(2**k * a)``: every ``DOUBLINGS``-th level evaluated directly
-    (``2**k * a`` is exact), the levels between by ``sin 2t = 2 sin t cos t`` and
-    ``cos 2t = (cos t - sin t)(cos t + sin t)``. Each step doubles the error it inherits and
-    adds a few 2^-53, so no value is off by more than about ``2**8 * 2^-52`` — far below a
-    float32 half ulp — for one sine per ``DOUBLINGS`` levels."""
-    for k in range(pairs.shape[1]):
+def _doubling(
+    z: Any, a: Any, seed: Callable[[int, Any], None], square: Callable[[int], None]
+) -> None:
+    """``z[k] = exp(i 2**k a)`` for the ``[levels, rows]`` complex128 array ``z``: every
+    ``DOUBLINGS``-th level evaluated directly by ``seed`` (``2**k * a`` is exact), the levels
+    between by ``square`` (``z[k] = z[k-1]**2``, one complex product). Each squaring doubles
+    the error it inherits and adds a few 2^-53, so no value is off by more than about
+    ``2**11 * 2^-52`` (5e-13) — far below a float32 half ulp — for one sine and cosine per
+    ``DOUBLINGS`` levels (NeRF's L = 10 needs one)."""
+    for k in range(z.shape[0]):
         if k % DOUBLINGS == 0:
-            s, c = sin(a * 2.0**k), cos(a * 2.0**k)
+            seed(k, a * 2.0**k)
         else:
-            s, c = 2 * s * c, (c - s) * (c + s)
-        pairs[:, k, 0], pairs[:, k, 1] = s, c
+            square(k)
 
 
 def round_to_odd(x64: Any, xp: Any) -> Any:

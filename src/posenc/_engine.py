@@ -229,12 +229,14 @@ def _write(
     """Write rows ``lo:hi`` of one axis's channels into ``out[index]``.
 
     Where the axis's channels are one contiguous interleaved run of a 2-D output (the paper's
-    layout), the basis is written straight into ``out``; otherwise into a small buffer whose
-    runs are then copied (strided) into place.
+    layout), the basis is written straight into ``out``. Where they are a sin run and a cos
+    run of equal stride (``[sin | cos]`` halves, NeRF's frequency-major channels), the float64
+    basis is rounded and copied in once through a strided view of ``out``. Otherwise it is
+    copied run by run.
     """
     width = 2 * len(ap.omega)
     runs = ap.runs
-    halves = _halves(runs, width)
+    pairs = _pairs(runs, width // 2)
     if (
         len(shape) == 1
         and not bk.sixteen
@@ -244,14 +246,11 @@ def _write(
         and width
     ):
         compute(lo, hi, out[(*index, runs[0].dst)])
-    elif halves is not None:
-        # one axis's [sin | cos] block: the float64 basis is transposed and rounded in one
-        # copy, instead of being rounded and then copied twice with stride 2
-        start, cos_first = halves
+    elif pairs is not None:
         basis = bk.temp(hi - lo, width, exact=True)
         compute(lo, hi, basis)
-        pairs = bk.rounded(basis).reshape(*shape, width // 2, 2)
-        bk.unpair(out[(*index, slice(start, start + width))], pairs, cos_first=cos_first)
+        rounded = bk.rounded(basis).reshape(*shape, width // 2, 2)
+        bk.scatter_pairs(out[index], rounded, *pairs)
     else:
         basis = bk.temp(hi - lo, width)
         compute(lo, hi, basis)
@@ -262,22 +261,19 @@ def _write(
         out[(*index, j)] = bk.rounded(x).reshape(shape)
 
 
-def _halves(runs: tuple[Run, ...], width: int) -> tuple[int, bool] | None:
-    """``(start, cos_first)`` where an axis's channels are ``[sin | cos]`` (or ``[cos | sin]``)
-    of all its frequencies at ``start : start + width``; else None."""
-    if len(runs) != 2 or width < 4:
+def _pairs(runs: tuple[Run, ...], n: int) -> tuple[int, int, int] | None:
+    """``(sin, cos, step)`` where channel ``sin + k*step`` holds the sine of frequency ``k``
+    and ``cos + k*step`` its cosine, for all ``n`` of an axis's frequencies; else None."""
+    if len(runs) != 2 or n < 2:
         return None
-    n = width // 2
-    a, b = runs
-    if a.src.start == 1:
-        a, b = b, a
-    ok = (
-        (a.src.start, a.src.step, b.src.start, b.src.step) == (0, 2, 1, 2)
-        and a.dst.step == b.dst.step == 1
-        and a.dst.stop - a.dst.start == b.dst.stop - b.dst.start == n
-        and abs(a.dst.start - b.dst.start) == n
-    )
-    return (min(a.dst.start, b.dst.start), b.dst.start < a.dst.start) if ok else None
+    s, c = sorted(runs, key=lambda r: r.src.start)
+    if (s.src.start, s.src.step, c.src.start, c.src.step) != (0, 2, 1, 2):
+        return None
+    if not s.dst.step == c.dst.step > 0 or not len(range(n * 2)[s.src]) == n == len(
+        range(n * 2)[c.src]
+    ):
+        return None
+    return s.dst.start, c.dst.start, s.dst.step
 
 
 def fill_grid(
