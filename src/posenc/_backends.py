@@ -246,8 +246,9 @@ class TorchBackend:
             z[k] = t.complex(t.cos(a), t.sin(a))
 
         _doubling(z, theta[:, 0], seed, lambda k: t.mul(z[k - 1], z[k - 1], out=z[k]))
-        pairs = t.view_as_real(z).permute(1, 0, 2).flip(-1)  # [rows, n, (sin, cos)]
-        into.view(theta.shape[0], n, 2).copy_(pairs)
+        pairs = into.view(theta.shape[0], n, 2)
+        pairs[..., 0].copy_(z.imag.T)
+        pairs[..., 1].copy_(z.real.T)
 
     def phasors(self, theta: Any, *, coarse: bool) -> Any:
         t = self.torch
