@@ -171,6 +171,9 @@ class NumpyBackend:
     def take(self, x: np.ndarray, index: np.ndarray) -> np.ndarray:
         return np.take(x, index, axis=0)
 
+    def cast(self, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        return np.ascontiguousarray(x, dtype=dtype)
+
     def complex(self, z: np.ndarray) -> np.ndarray:
         """A NumPy complex128 array as this backend's array."""
         return z
@@ -262,6 +265,9 @@ class TorchBackend:
 
     def take(self, x: Any, index: Any) -> Any:
         return x[self.torch.as_tensor(index, device=x.device)]
+
+    def cast(self, x: Any, dtype: Any) -> Any:
+        return x.to(dtype)
 
     def complex(self, z: np.ndarray) -> Any:
         return self.torch.from_numpy(z).to(self.device)

@@ -246,6 +246,16 @@ def _write(
         and width
     ):
         compute(lo, hi, out[(*index, runs[0].dst)])
+    elif len(shape) > 1:
+        # a grid axis: its few rows are put in channel order once, then broadcast over the
+        # other axes in contiguous runs of channels
+        basis = bk.temp(hi - lo, width, exact=True)
+        compute(lo, hi, basis)
+        order, spans = _channel_order(runs, width)
+        ordered = bk.cast(bk.rounded(basis)[:, order], out.dtype)
+        for first, dst in spans:
+            count = len(range(dst.stop)[dst])
+            out[(*index, dst)] = ordered[:, first : first + count].reshape(*shape, count)
     elif pairs is not None:
         basis = bk.temp(hi - lo, width, exact=True)
         compute(lo, hi, basis)
@@ -259,6 +269,31 @@ def _write(
             out[(*index, run.dst)] = basis[:, run.src].reshape(*shape, -1)
     for j in ap.identity:
         out[(*index, j)] = bk.rounded(x).reshape(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _channel_order(runs: tuple[Run, ...], width: int) -> tuple[np.ndarray, list[tuple[int, slice]]]:
+    """Basis columns in the order of the channels they go to, and the output slices they
+    fill (``(first column, channels)``; adjacent contiguous runs merged)."""
+    cols = np.arange(width)
+    ranked = sorted(runs, key=lambda r: r.dst.start)
+    order = np.concatenate([cols[r.src] for r in ranked]) if ranked else cols[:0]
+    spans: list[tuple[int, slice]] = []
+    first = 0
+    for r in ranked:
+        count = len(range(r.dst.stop)[r.dst])
+        last = spans[-1] if spans else None
+        if (
+            last is not None
+            and r.dst.step == 1
+            and last[1].step == 1
+            and last[1].stop == r.dst.start
+        ):
+            spans[-1] = (last[0], slice(last[1].start, r.dst.stop, 1))
+        else:
+            spans.append((first, r.dst))
+        first += count
+    return order, spans
 
 
 def _pairs(runs: tuple[Run, ...], n: int) -> tuple[int, int, int] | None:
