@@ -4,7 +4,8 @@
 
 x is [8, 2048, 1024] float32 on the CPU. Eval: posenc's PositionalEncoding against a bare
 ``x + y`` of the same shape. Train (dropout 0.1): against ``dropout(x + pe)`` written by hand.
-Medians of repeated runs.
+Grid: GridEncoding on ViT tokens [8, 64*64, 1024], its grid computed per call, against a bare
+``x + y``. Medians of repeated runs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch.nn import functional as F
 
 import posenc
-from posenc.torch import PositionalEncoding
+from posenc.torch import GridEncoding, PositionalEncoding
 
 
 def median_ms(fn: Callable[[], Any], repeats: int) -> float:
@@ -40,6 +41,10 @@ def main() -> None:
     y = torch.randn(8, 2048, 1024)
     pe = torch.from_numpy(posenc.table(2048, 1024))
     module = PositionalEncoding(1024, dropout=0.1)
+    # a ViT's patch tokens: [8, 64*64, 1024] with the MAE grid, computed per call
+    grid = GridEncoding(1024, preset="mae")
+    tokens = x.reshape(8, 4096, 512).repeat(1, 1, 2)
+    other = y.reshape(8, 4096, 512).repeat(1, 1, 2)
     print(f"torch {torch.__version__}, x {tuple(x.shape)} float32\n")
     print("| threads | job | median ms | ratio |")
     print("|---:|---|---:|---:|")
@@ -58,6 +63,13 @@ def main() -> None:
             print(
                 f"| {threads} | train: PositionalEncoding(x), dropout 0.1 | {ours:.1f} | "
                 f"{ours / hand:.2f} |"
+            )
+            bare = median_ms(lambda: tokens + other, args.repeats)
+            ours = median_ms(lambda: grid(tokens, (64, 64)), args.repeats)
+            print(f"| {threads} | grid: bare x + y, [8, 4096, 1024] | {bare:.1f} | 1.00 |")
+            print(
+                f"| {threads} | grid: GridEncoding(x, (64, 64)), mae | {ours:.1f} | "
+                f"{ours / bare:.2f} |"
             )
 
 
