@@ -12,6 +12,7 @@ ratios are to the medians of the floors measured in the same run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import platform
@@ -181,9 +182,19 @@ def bench_ids_and_grid(threads: int, repeats: int) -> None:
     table = posenc.table(8192, 1024)
     tids, ttable = torch.from_numpy(ids), torch.from_numpy(table)
     runs = rng.integers(0, 6144, (8, 1)) + np.arange(2048)  # per-row offsets (KV caches)
+    # a training loop: new ids every call, from the same range
+    batches = [rng.integers(0, 8192, (8, 2048)) for _ in range(8)]
+    numpy_ids, torch_ids = itertools.cycle(batches), itertools.cycle(map(torch.from_numpy, batches))
+    posenc.set_table_cache(0)
+    cold = median_ms(lambda: posenc.encode(next(numpy_ids), 1024), repeats)
+    cold_torch = median_ms(lambda: posenc.encode(next(torch_ids), 1024), repeats)
+    posenc.set_table_cache(64 << 20)
     results = {
         "gather rows of a precomputed table (NumPy)": median_ms(lambda: table[ids], repeats),
-        "posenc.encode(ids) (NumPy)": median_ms(lambda: posenc.encode(ids, 1024), repeats),
+        "posenc.encode(ids), nothing kept (NumPy)": cold,
+        "posenc.encode(ids), new ids each call, span table kept (NumPy)": median_ms(
+            lambda: posenc.encode(next(numpy_ids), 1024), repeats
+        ),
         "gather, ids = per-row offset + arange(2048) (NumPy)": median_ms(
             lambda: table[runs], repeats
         ),
@@ -191,7 +202,10 @@ def bench_ids_and_grid(threads: int, repeats: int) -> None:
             lambda: posenc.encode(runs, 1024), repeats
         ),
         "gather rows of a precomputed table (torch)": median_ms(lambda: ttable[tids], repeats),
-        "posenc.encode(ids) (torch)": median_ms(lambda: posenc.encode(tids, 1024), repeats),
+        "posenc.encode(ids), nothing kept (torch)": cold_torch,
+        "posenc.encode(ids), new ids each call, span table kept (torch)": median_ms(
+            lambda: posenc.encode(next(torch_ids), 1024), repeats
+        ),
         "1D table 4096 x 1024 (NumPy)": median_ms(lambda: posenc.table(4096, 1024), repeats),
         "grid 64 x 64, d=1024, mae (NumPy)": median_ms(
             lambda: posenc.grid((64, 64), 1024, preset="mae"), repeats

@@ -329,3 +329,26 @@ def test_nerf_float32_correctly_rounded(levels, lib):
     else:
         got = posenc.encode(x, dim, preset="nerf", ndim=3)
     _correctly_rounded(got, ref.nerf(x, levels), np.dtype(np.float32))
+
+
+def test_encode_keeps_span_tables_without_going_stale():
+    rng = np.random.default_rng(3)
+    want = ref.vaswani(3000, 64)
+    posenc.set_table_cache(64 << 20)
+    try:
+        for _ in range(2):  # the second call gathers from the kept table
+            ids = rng.integers(5, 3000, size=(4, 2000))
+            got = posenc.encode(ids, 64)
+            close(got, want[ids], TOL32)
+            got[...] = 7.0  # the caller's array, not the kept table
+        # another dtype, width or preset with the same ids is not served the kept table
+        _correctly_rounded(posenc.encode(ids, 64, dtype=np.float16), want[ids], np.dtype("f2"))
+        close(posenc.encode(ids, 32), ref.vaswani(3000, 32)[ids], TOL32)
+        t2t = ref.t2t_1d(3000, 64)
+        close(posenc.encode(ids, 64, preset="tensor2tensor"), t2t[ids], TOL32)
+        posenc.set_table_cache(0)
+        close(posenc.encode(ids, 64), want[ids], TOL32)
+    finally:
+        posenc.set_table_cache(64 << 20)
+    with pytest.raises(posenc.PosencError, match="`max_bytes` must be >= 0"):
+        posenc.set_table_cache(-1)

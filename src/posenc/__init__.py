@@ -11,6 +11,7 @@ Every value is the exact encoding (angles in float64) rounded once to the output
 
 from ._api import detr, encode, grid, preset, presets, table
 from ._backends import get_num_threads, set_num_threads
+from ._engine import set_table_cache
 from ._errors import PosencError
 from ._positions import fairseq_positions
 from ._presets import Preset
@@ -32,6 +33,7 @@ __all__ = [
     "preset",
     "presets",
     "set_num_threads",
+    "set_table_cache",
     "table",
     "tensor_parallel_channels",
 ]

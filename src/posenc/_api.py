@@ -143,6 +143,10 @@ def encode(
     Returns:
         ``[*s, dim]``, in the library and on the device of ``positions``.
 
+    Integer ids that cover their range densely (a batch of token ids) are gathered from the
+    table of that range, which is kept for the next call: up to 64 MiB of such tables in all,
+    on the ids' device (``posenc.set_table_cache``). The numbers are the same either way.
+
     Example:
         >>> t = torch.tensor([0.0, 250.5, 999.0])
         >>> posenc.encode(t, 320, preset="timestep", flip_sin_to_cos=True).shape

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ._backends import Backend
+from ._errors import check_int
 from ._layout import AxisPlan, Plan, Run
 from ._positions import Progression
 
@@ -352,24 +355,33 @@ def fill_grid(
 def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> None:
     """Fill ``out`` ``[N, dim]`` from positions ``x`` ``[N, ndim]``.
 
-    Integer positions of one axis are served the cheapest exact way: positions that come in
-    runs of consecutive values (per-row offsets, KV-cache steps, packed sequences) are
-    written as tables, run by run; positions that span no more values than there are of
-    them, as rows gathered from the table of their span. Every way gives the same bits.
+    Integer positions of one axis are served the cheapest exact way: positions whose span
+    (widened to whole 256-position blocks) is no longer than their count plus two blocks are
+    gathered from the table of that span, kept for the next call (``set_table_cache``); where
+    no such table is kept yet and the positions come in runs of consecutive values (per-row
+    offsets, packed sequences), they are written as tables, run by run. Every way gives the
+    same bits.
     """
     if integral and plan.ndim == 1 and x.shape[0]:
         xs = _host_ints(x).reshape(-1)
-        breaks = np.flatnonzero(np.diff(xs) != 1) + 1
-        starts = np.concatenate(([0], breaks))
-        ends = np.concatenate((breaks, [xs.shape[0]]))
-        if (ends - starts).min() >= MIN_RUN:
-            for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-                fill_grid(bk, out[a:b], plan, [Progression(float(xs[a]), 1.0, b - a)], [0])
-            return
-        lowest, highest = int(xs.min()), int(xs.max())
-        if highest - lowest < xs.shape[0]:
-            table = bk.empty((highest - lowest + 1, plan.dim))
-            fill_grid(bk, table, plan, [Progression(float(lowest), 1.0, table.shape[0])], [0])
+        lowest = int(xs.min()) // LEVEL * LEVEL
+        rows = -(-(int(xs.max()) + 1 - lowest) // LEVEL) * LEVEL
+        spanned = rows <= xs.shape[0] + 2 * LEVEL
+        key = _span_key(bk, plan, lowest, rows)
+        table = TABLES.get(key) if spanned else None
+        if table is None:
+            breaks = np.flatnonzero(np.diff(xs) != 1) + 1
+            starts = np.concatenate(([0], breaks))
+            ends = np.concatenate((breaks, [xs.shape[0]]))
+            if (ends - starts).min() >= MIN_RUN:
+                for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+                    fill_grid(bk, out[a:b], plan, [Progression(float(xs[a]), 1.0, b - a)], [0])
+                return
+        if spanned:
+            if table is None:
+                table = bk.empty((rows, plan.dim))
+                fill_grid(bk, table, plan, [Progression(float(lowest), 1.0, rows)], [0])
+                TABLES.put(key, table, rows * plan.dim * bk.dtype.itemsize)
             bk.gather_rows(table, xs - lowest, out)
             return
     for ap in plan.axes:
@@ -391,3 +403,55 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
         bk.run(work, ranges)
     for j in plan.zeros:
         out[..., j] = 0
+
+
+class _Tables:
+    """The most recently used span tables of ``encode``'s gather path, up to ``limit`` bytes
+    in all: a repeated call with ids from the same range is then a gather. Tables are never
+    handed out (the gather copies), so callers cannot change them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> Any:
+        with self.lock:
+            hit = self.items.get(key)
+            if hit is None:
+                return None
+            self.items.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: tuple[Any, ...], table: Any, size: int) -> None:
+        with self.lock:
+            if size > self.limit or key in self.items:
+                return
+            self.items[key] = (table, size)
+            self.size += size
+            self.shrink(self.limit)
+
+    def shrink(self, limit: int) -> None:
+        while self.size > limit:
+            _, (_, size) = self.items.popitem(last=False)
+            self.size -= size
+
+
+TABLES = _Tables(64 << 20)
+
+
+def set_table_cache(max_bytes: int) -> None:
+    """Bytes that :func:`posenc.encode` may keep in tables of recent id spans (default 64 MiB;
+    0 keeps none). With ids drawn from one range call after call, every call after the first
+    gathers rows of the kept table instead of computing them; the bits are the same."""
+    TABLES.limit = check_int("max_bytes", max_bytes, minimum=0)
+    with TABLES.lock:
+        TABLES.shrink(TABLES.limit)
+
+
+def _span_key(bk: Backend, plan: Plan, lowest: int, rows: int) -> tuple[Any, ...]:
+    """What a kept table of positions ``lowest … lowest+rows-1`` depends on."""
+    device = getattr(bk, "device", None)
+    key = (plan.omega.tobytes(), plan.axis.tobytes(), plan.src.tobytes(), lowest, rows)
+    return (*key, bk.name, str(bk.dtype), str(device))
