@@ -11,7 +11,10 @@ needed, ``L1`` and ``L0`` (256 rows each, themselves ``16 x 16`` products) cache
 frequencies. Each output pair is then one complex product per row, ``(sin c + i cos c) *
 (cos f - i sin f) = sin(c+f) + i cos(c+f)`` in float64, whose rounding error (a few 1e-16) is
 far below float32's half ulp. Real positions on a progression (scaled grid axes) are split the
-same way around ``sqrt(length)``; other real positions are evaluated directly.
+same way around ``sqrt(length)``; power-of-two frequencies (NeRF) square phasors from one
+direct evaluation per 10 levels; other real positions are evaluated directly. A grid axis
+computes its own few rows once and broadcasts them; dense integer ids are gathered from the
+table of their range, which is kept for the next call (``set_table_cache``).
 
 Bit-for-bit consistency. The split of an integer position depends on that position alone,
 so a table, ``encode`` of any subset of its positions, and any slice of its channels give
