@@ -370,7 +370,7 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
         lowest = int(xs.min()) // LEVEL * LEVEL
         rows = -(-(int(xs.max()) + 1 - lowest) // LEVEL) * LEVEL
         spanned = rows <= xs.shape[0] + 2 * LEVEL
-        key = _span_key(bk, plan, lowest, rows)
+        key = _span_key(bk, plan, lowest, rows) if spanned else ()
         table = TABLES.get(key) if spanned else None
         if table is None:
             breaks = np.flatnonzero(np.diff(xs) != 1) + 1
