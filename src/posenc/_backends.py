@@ -75,16 +75,23 @@ def is_torch(x: object) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-class NumpyBackend:
+class _Chunked:
+    """What both backends share: work in row chunks of about ``chunk`` float64 values."""
+
+    chunk: int
+
+    def rows_per_chunk(self, n: int) -> int:
+        """Rows of a chunk for ``n`` frequencies (``2n`` basis columns)."""
+        return max(1, self.chunk // max(1, 2 * n))
+
+
+class NumpyBackend(_Chunked):
     name = "numpy"
     chunk = 1 << 18  # float64 values per chunk: 2 MiB, about the L2 cache
 
     def __init__(self, dtype: np.dtype) -> None:
         self.dtype = dtype
         self.sixteen = dtype.itemsize == 2
-
-    def rows_per_chunk(self, n: int) -> int:
-        return max(1, self.chunk // max(1, 2 * n))
 
     def run(self, work: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
         """Run ``work`` on every row range (on threads: NumPy releases the GIL)."""
@@ -186,7 +193,7 @@ class NumpyBackend:
         return round_to_odd(basis, np) if self.sixteen else basis
 
 
-class TorchBackend:
+class TorchBackend(_Chunked):
     name = "torch"
     chunk = 1 << 19  # float64 values per chunk: torch's per-call overhead is larger
 
@@ -195,9 +202,6 @@ class TorchBackend:
         self.dtype = dtype
         self.device = device
         self.sixteen = dtype.itemsize == 2
-
-    def rows_per_chunk(self, n: int) -> int:
-        return max(1, self.chunk // max(1, 2 * n))
 
     def run(self, work: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
         """Run ``work`` on every row range, in order (torch ops use its own threads)."""

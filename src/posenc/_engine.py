@@ -242,7 +242,6 @@ def _write(
     """
     width = 2 * len(ap.omega)
     runs = ap.runs
-    pairs = _pairs(runs, width // 2)
     if (
         len(shape) == 1
         and not bk.sixteen
@@ -262,7 +261,7 @@ def _write(
         for first, dst in spans:
             count = len(range(dst.stop)[dst])
             out[(*index, dst)] = ordered[:, first : first + count].reshape(*shape, count)
-    elif pairs is not None:
+    elif (pairs := _pairs(runs, width // 2)) is not None:
         basis = bk.temp(hi - lo, width, exact=True)
         compute(lo, hi, basis)
         rounded = bk.rounded(basis).reshape(*shape, width // 2, 2)
@@ -435,6 +434,11 @@ class _Tables:
             self.size += size
             self.shrink(self.limit)
 
+    def resize(self, limit: int) -> None:
+        with self.lock:
+            self.limit = limit
+            self.shrink(limit)
+
     def shrink(self, limit: int) -> None:
         while self.size > limit:
             _, (_, size) = self.items.popitem(last=False)
@@ -448,9 +452,7 @@ def set_table_cache(max_bytes: int) -> None:
     """Bytes that :func:`posenc.encode` may keep in tables of recent id spans (default 64 MiB;
     0 keeps none). With ids drawn from one range call after call, every call after the first
     gathers rows of the kept table instead of computing them; the bits are the same."""
-    TABLES.limit = check_int("max_bytes", max_bytes, minimum=0)
-    with TABLES.lock:
-        TABLES.shrink(TABLES.limit)
+    TABLES.resize(check_int("max_bytes", max_bytes, minimum=0))
 
 
 def _span_key(bk: Backend, plan: Plan, lowest: int, rows: int) -> tuple[Any, ...]:

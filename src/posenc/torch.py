@@ -553,7 +553,6 @@ class GridEncoding(nn.Module):
     ) -> Tensor:
         """``[extra + prod(grid), d]``: the rows ``forward`` adds."""
         dims = grid_shape(tuple(grid), self.enc.ndim)
-        ev = self._evaluator(len(dims))
         enc = self.enc
         device = torch.device(self.probe.device if device is None else device)
         dtype = dtype or self.probe.dtype
@@ -569,6 +568,7 @@ class GridEncoding(nn.Module):
                 **self.options,
             )
             return self._lead(full[self._core_extra :])
+        ev = self._evaluator(len(dims))
         axes = [
             torch.arange(prog.length, dtype=torch.float64, device=device) * prog.step + prog.start
             for prog in grid_axes(enc, dims)
