@@ -12,11 +12,11 @@ Every value is the exact encoding (angles in float64) rounded once to the output
 from ._api import detr, encode, grid, preset, presets, table
 from ._backends import get_num_threads, set_num_threads
 from ._engine import set_table_cache
-from ._errors import PosencError
 from ._positions import fairseq_positions
 from ._presets import Preset
 from ._sharding import context_parallel_positions, tensor_parallel_channels
 from ._spec import Encoding
+from ._validate import PosencError
 
 __version__ = "0.1.0"
 

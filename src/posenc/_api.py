@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
-
-from . import _array_api
-from ._backends import backend_for, is_torch
-from ._engine import fill_grid, fill_points
-from ._errors import PosencError, check_int, check_real
-from ._layout import channel_plan, plan
-from ._positions import Progression, as_positions, grid_axes, grid_shape
+from ._backends import Ops, array_namespace, is_torch, ops_for
+from ._evaluate import Direct, Evaluator, evaluator
+from ._layout import Plan, channel_plan
+from ._positions import Progression, grid_axes, grid_shape
 from ._presets import PRESETS, Preset, get_preset
+from ._spec import Encoding
+from ._validate import (
+    PosencError,
+    Positions,
+    as_positions,
+    check_angles,
+    check_int,
+    check_real,
+)
 
 
 def presets() -> list[str]:
@@ -81,37 +85,25 @@ def table(
     _one_axis(p, "posenc.table")
     enc = p.resolve(options, grid=False)
     length = check_int("length", length)
-    dim = check_int("dim", dim, minimum=1)
     offset_f = check_real("offset", offset)
     pl = channel_plan(enc, dim, 1, p.name, channels)
-    foreign = _foreign(like, dtype)
-    if foreign is not None:
-        xp, out_dtype = foreign
-        positions = xp.arange(length, dtype=xp.float64) + offset_f
-        return _array_api.points(
-            xp, xp.reshape(positions, (length, 1)), pl, out_dtype, enc.padding_idx
-        )
-    if _array_api.is_jax(like):
-        return _to_jax(
-            table,
-            length,
-            dim,
-            preset=p.name,
-            offset=offset,
-            dtype=dtype,
-            channels=channels,
-            **options,
-        )
     if is_torch(like) and device is None:
         device = like.device
-    bk = backend_for(dtype, device)
-    out = bk.empty((length, pl.dim))
-    fill_grid(bk, out, pl, [Progression(offset_f, 1.0, length)], [0])
-    if enc.padding_idx is not None:
-        row = enc.padding_idx - offset_f
-        if row == int(row) and 0 <= row < length:
-            out[int(row)] = 0
-    return out
+    ev = evaluator(like=like, dtype=dtype, device=device)
+    prog = Progression(offset_f, 1.0, length)
+    _check(pl, prog.bound, "`offset` and `length`", ev)
+    return ev.grid(pl, [prog], [0], padding_idx=enc.padding_idx)
+
+
+def _check(pl: Plan, bound: float | None, what: str, ev: Evaluator) -> None:
+    """The accuracy rule, and included inputs (NeRF) that the output dtype can hold."""
+    c = pl.constants
+    check_angles(c.largest, bound, what, exact=c.exact)
+    if c.identities and bound is not None and bound > ev.largest:
+        raise PosencError(
+            f"{what} must fit the output dtype {ev.dtype} (the positions themselves are "
+            f"channels of this encoding): its largest value is {ev.largest:g}, got {bound:g}"
+        )
 
 
 def encode(
@@ -154,76 +146,37 @@ def encode(
     """
     p = get_preset(preset)
     enc = p.resolve(options, grid=False)
-    dim = check_int("dim", dim, minimum=1)
     k = _axes(p, ndim)
     coords = k > 1 or ndim is not None
-    xp = _array_api.namespace(positions)
-    if xp is not None:
-        x, integral = _foreign_positions(xp, positions)
-    else:
-        x, integral = as_positions(positions)
+    pos = as_positions(positions)
+    x = pos.values
     if coords and (x.ndim == 0 or x.shape[-1] != k):
         raise PosencError(
             f"`positions` must have a last axis of {k} coordinates for preset {p.name!r}, "
             f"got shape {tuple(x.shape)}"
         )
-    lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
     pl = channel_plan(enc, dim, k, p.name, channels)
-    if xp is not None:
-        if _array_api.is_jax(x) and not _array_api.x64_enabled():
-            host_dtype = np.dtype(_array_api.out_dtype(xp, dtype))
-
-            def compute(q: np.ndarray) -> Any:
-                return encode(
-                    q, dim, preset=p.name, dtype=host_dtype, ndim=ndim, channels=channels, **options
-                )
-
-            return _array_api.jax_callback(compute, x, (*lead, pl.dim), host_dtype)
-        flat_x = xp.reshape(x, (-1, k))
-        out_x = _array_api.points(xp, flat_x, pl, _array_api.out_dtype(xp, dtype), enc.padding_idx)
-        return xp.reshape(out_x, (*lead, pl.dim))
-    bk = backend_for(dtype, None, like=x)
-    flat = x.reshape(-1, k)
-    out = bk.empty((flat.shape[0], pl.dim))
-    fill_points(bk, out, pl, flat, integral)
-    if enc.padding_idx is not None:
-        out[flat[:, 0] == enc.padding_idx] = 0
-    return out.reshape(*lead, pl.dim)
+    return evaluate_points(pl, pos, coords=coords, dtype=dtype, padding_idx=enc.padding_idx)
 
 
-def _foreign(like: Any, dtype: Any) -> tuple[Any, Any] | None:
-    """(namespace, dtype) when ``like`` is an Array API array evaluated in its own library:
-    anything but NumPy, torch, and JAX without x64 (which the NumPy core serves)."""
-    xp = _array_api.namespace(like)
-    if xp is None or (_array_api.is_jax(like) and not _array_api.x64_enabled()):
-        return None
-    return xp, _array_api.out_dtype(xp, dtype)
+def evaluate_points(
+    pl: Plan, pos: Positions, *, coords: bool, dtype: Any, padding_idx: int | None
+) -> Any:
+    """Checked positions ``[*s]`` (``[*s, k]`` with ``coords``) under a resolved plan ->
+    ``[*s, width]``: the evaluation half of :func:`encode`, which modules call directly."""
+    x = pos.values
+    lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
+    ev = evaluator(like=x, dtype=dtype)
+    _check(pl, pos.bound, "`positions`", ev)
+    flat = _reshape(ev, x, (-1, pl.ndim))
+    out = ev.points(pl, flat, pos.integral, padding_idx)
+    return _reshape(ev, out, (*lead, pl.dim))
 
 
-def _to_jax(fn: Any, *args: Any, dtype: Any, **kwargs: Any) -> Any:
-    """A table computed by the NumPy core, as a JAX array (a constant under ``jax.jit``)."""
-    import jax.numpy as jnp
-
-    host_dtype = np.dtype(_array_api.out_dtype(jnp, dtype))
-    return jnp.asarray(fn(*args, dtype=host_dtype, **kwargs))
-
-
-def _foreign_positions(xp: Any, x: Any) -> tuple[Any, bool]:
-    """Positions of another Array API library: checked where their values are known."""
-    if xp.isdtype(x.dtype, "integral"):
-        return x, True
-    if not xp.isdtype(x.dtype, "real floating"):
-        raise PosencError(f"`positions` must hold integers or real numbers, got {x.dtype}")
-    traced = _array_api.is_jax(x) and not _concrete(x)
-    if not traced and not bool(xp.all(xp.isfinite(x))):
-        raise PosencError("`positions` must be finite, got a NaN or infinite value")
-    return x, False
-
-
-def _concrete(x: Any) -> bool:
-    import jax
-
-    return not isinstance(x, jax.core.Tracer)
+def _reshape(ev: Evaluator, x: Any, shape: tuple[int, ...]) -> Any:
+    if isinstance(ev, Direct):
+        return ev.ops.reshape(x, shape)
+    return x.reshape(shape)
 
 
 def _axes(p: Preset, ndim: int | None) -> int:
@@ -269,30 +222,25 @@ def grid(
     p = get_preset(preset)
     enc = p.resolve(options, grid=True)
     dims = grid_shape(shape, p.encoding.ndim)
-    nd = len(dims)
-    dim = check_int("dim", dim, minimum=1)
-    pl = channel_plan(enc, dim, nd, p.name, channels)
-    axes = grid_axes(enc, dims)
-    order = list(range(nd)) if enc.tokens == "row-major" else list(range(nd))[::-1]
-    foreign = _foreign(like, dtype)
-    if foreign is not None:
-        xp, out_dtype = foreign
-        coords = _array_api.grid_coordinates(xp, [a.values() for a in axes], order)
-        body = _array_api.points(xp, coords, pl, out_dtype)
-        lead = xp.zeros((enc.extra_tokens, pl.dim), dtype=out_dtype)
-        return xp.concat((lead, body), axis=0)
-    if _array_api.is_jax(like):
-        return _to_jax(grid, shape, dim, preset=p.name, dtype=dtype, channels=channels, **options)
+    pl = channel_plan(enc, dim, len(dims), p.name, channels)
     if is_torch(like) and device is None:
         device = like.device
-    bk = backend_for(dtype, device)
-    cells = math.prod(dims)
-    out = bk.empty((enc.extra_tokens + cells, pl.dim))
-    out[: enc.extra_tokens] = 0
-    body = out[enc.extra_tokens :]
-    view = body.reshape(*[dims[a] for a in order], pl.dim)
-    fill_grid(bk, view, pl, axes, [order.index(a) for a in range(nd)])
-    return out
+    return evaluate_grid(pl, enc, dims, dtype=dtype, device=device, like=like)
+
+
+def evaluate_grid(
+    pl: Plan, enc: Encoding, dims: tuple[int, ...], *, dtype: Any, device: Any, like: Any
+) -> Any:
+    """The evaluation half of :func:`grid`: a resolved plan over a checked grid size."""
+    nd = len(dims)
+    axes = grid_axes(enc, dims)
+    order = list(range(nd)) if enc.tokens == "row-major" else list(range(nd))[::-1]
+    ev = evaluator(like=like, dtype=dtype, device=device)
+    _check(pl, max([a.bound for a in axes] + [0.0]), _GRID_POSITIONS, ev)
+    return ev.grid(pl, axes, order, extra=enc.extra_tokens)
+
+
+_GRID_POSITIONS = "the grid positions (`shape` and the preset's scaling options)"
 
 
 def detr(
@@ -321,26 +269,50 @@ def detr(
     opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
     if scale is not None:
         opts["scale"] = scale
-    p = get_preset("detr")
-    enc = p.resolve(opts, grid=True)
-    dim = check_int("dim", dim, minimum=1)
-    pl = plan(enc, dim, 2, p.name)
-    torch_in = is_torch(mask)
-    m = np.asarray(mask.cpu() if torch_in else mask)
-    if m.dtype != bool or m.ndim != 3:
+    enc = get_preset("detr").resolve(opts, grid=True)
+    pl = channel_plan(enc, dim, 2, "detr", None)
+    return evaluate_detr(pl, enc, mask, dtype=dtype)
+
+
+def evaluate_detr(pl: Plan, enc: Encoding, mask: Any, *, dtype: Any) -> Any:
+    """The evaluation half of :func:`detr`."""
+    if not (is_torch(mask) or array_namespace(mask) is not None):
+        mask = _numpy_mask(mask)
+    if str(mask.dtype).rsplit(".", 1)[-1] != "bool" or mask.ndim != 3:
         raise PosencError(
-            f"`mask` must be a [batch, H, W] boolean array, got {m.dtype} of shape {m.shape}"
+            f"`mask` must be a [batch, H, W] boolean array, got {mask.dtype} of shape "
+            f"{tuple(mask.shape)}"
         )
-    filled = ~m
-    y = np.cumsum(filled, axis=1, dtype=np.int64)
-    x = np.cumsum(filled, axis=2, dtype=np.int64)
-    coords: np.ndarray = np.stack([y, x], axis=-1)
-    if normalize:
-        coords = np.stack([y / (y[:, -1:, :] + 1e-6), x / (x[:, :, -1:] + 1e-6)], axis=-1)
-    bk = backend_for(dtype, mask.device if torch_in else None, like=mask if torch_in else None)
-    flat = coords.reshape(-1, 2)
-    out: Any = bk.empty((flat.shape[0], dim))
-    fill_points(bk, out, pl, flat, integral=not normalize)
-    b, h, w = m.shape
-    out = out.reshape(b, h, w, dim)
-    return out.permute(0, 3, 1, 2) if torch_in else out.transpose(0, 3, 1, 2)
+    coords = detr_coordinates(ops_for(mask), mask, enc.normalize)
+    ev = evaluator(like=coords, dtype=dtype)
+    _check(pl, 1.0 if enc.normalize else float(max(mask.shape[1:])), "`mask`", ev)
+    out = ev.points(pl, ops_for(coords).reshape(coords, (-1, 2)), not enc.normalize)
+    ops = ops_for(out)
+    b, h, w = mask.shape
+    return ops.permute(ops.reshape(out, (b, h, w, pl.dim)), (0, 3, 1, 2))
+
+
+def detr_coordinates(ops: Ops, mask: Any, normalize: bool) -> Any:
+    """DETR's coordinates ``[B, H, W, 2]`` (y, x) from a padding mask (True = padding): the
+    cumulative count of non-padded cells, 1-based, as integers; with ``normalize``, divided
+    by the last one (+1e-6), in float64 (``scale`` is in the plan's frequencies)."""
+    filled = ops.astype(~mask, ops.int64)
+    y = ops.cumsum(filled, axis=1)
+    x = ops.cumsum(filled, axis=2)
+    if not normalize:
+        return ops.stack([y, x], axis=-1)
+    y64, x64 = ops.astype(y, ops.float64), ops.astype(x, ops.float64)
+    y64 = y64 / (y64[:, -1:, :] + 1e-6)
+    x64 = x64 / (x64[:, :, -1:] + 1e-6)
+    return ops.stack([y64, x64], axis=-1)
+
+
+def _numpy_mask(mask: Any) -> Any:
+    import numpy as np
+
+    try:
+        return np.asarray(mask)
+    except (TypeError, ValueError):
+        raise PosencError(
+            f"`mask` must be a [batch, H, W] boolean array, got {mask!r:.60}"
+        ) from None

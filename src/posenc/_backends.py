@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ._errors import PosencError, check_int
+from ._validate import PosencError, check_device, check_int
 
 _NUMPY_FLOATS = ("float16", "float32", "float64")
 
@@ -37,16 +38,20 @@ def _default_threads() -> int:
 
 _threads = _default_threads()
 _pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 
 
 def set_num_threads(n: int) -> None:
     """Threads the NumPy path uses for large tables (default ``POSENC_NUM_THREADS`` or 1).
-    The PyTorch path follows ``torch.set_num_threads``."""
+    The PyTorch path follows ``torch.set_num_threads``. Safe while other threads compute:
+    their work already handed to the old pool finishes there."""
     global _threads, _pool
-    _threads = check_int("n", n, minimum=1)
-    if _pool is not None:
-        _pool.shutdown()
-        _pool = None
+    n = check_int("n", n, minimum=1, maximum=1024)
+    with _pool_lock:
+        _threads = n
+        old, _pool = _pool, None
+    if old is not None:
+        old.shutdown(wait=False)
 
 
 def get_num_threads() -> int:
@@ -60,9 +65,11 @@ def _run_threads(work: Callable[[int, int], None], ranges: list[tuple[int, int]]
         for lo, hi in ranges:
             work(lo, hi)
         return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(_threads, thread_name_prefix="posenc")
-    for future in [_pool.submit(work, lo, hi) for lo, hi in ranges]:
+    with _pool_lock:  # a pool is never shut down while work is being handed to it
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_threads, thread_name_prefix="posenc")
+        futures = [_pool.submit(work, lo, hi) for lo, hi in ranges]
+    for future in futures:
         future.result()
 
 
@@ -73,6 +80,16 @@ def _torch() -> Any:
 def is_torch(x: object) -> bool:
     torch = _torch()
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+def array_namespace(x: Any) -> Any | None:
+    """The Array API namespace of ``x`` for arrays that are neither NumPy nor torch (JAX,
+    array-api-strict, CuPy), else None."""
+    if x is None or isinstance(x, (np.ndarray, np.generic)) or is_torch(x):
+        return None
+    if not hasattr(x, "__array_namespace__"):
+        return None
+    return x.__array_namespace__()
 
 
 class _Chunked:
@@ -190,7 +207,7 @@ class NumpyBackend(_Chunked):
 
     def rounded(self, basis: np.ndarray) -> np.ndarray:
         """The basis ready to be stored with one correct rounding."""
-        return round_to_odd(basis, np) if self.sixteen else basis
+        return round_to_odd(basis, NUMPY_OPS) if self.sixteen else basis
 
 
 class TorchBackend(_Chunked):
@@ -265,7 +282,11 @@ class TorchBackend(_Chunked):
 
     def product(self, coarse: Any, fine: Any, into: Any) -> None:
         t = self.torch
-        t.mul(coarse, fine, out=t.view_as_complex(into.view(*into.shape[:-1], -1, 2)))
+        pairs = into.view(*into.shape[:-1], -1, 2)
+        if into.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in pairs.stride()[:-1]):
+            t.mul(coarse, fine, out=t.view_as_complex(pairs))
+        else:  # a complex view needs even strides: odd widths (NeRF, tatp22) get a copy
+            pairs.copy_(t.view_as_real(coarse * fine))
 
     def take(self, x: Any, index: Any) -> Any:
         return x[self.torch.as_tensor(index, device=x.device)]
@@ -281,7 +302,7 @@ class TorchBackend(_Chunked):
         t.index_select(table, 0, t.as_tensor(index, device=table.device), out=out)
 
     def rounded(self, basis: Any) -> Any:
-        return round_to_odd(basis, self.torch) if self.sixteen else basis
+        return round_to_odd(basis, TorchOps()) if self.sixteen else basis
 
 
 Backend = NumpyBackend | TorchBackend
@@ -306,15 +327,270 @@ def _doubling(
             square(k)
 
 
-def round_to_odd(x64: Any, xp: Any) -> Any:
-    """float64 -> float32 rounded to odd: exact values stay, inexact ones get an odd last bit."""
-    f = x64.astype(xp.float32) if xp is np else x64.to(xp.float32)
-    inexact = f != x64
-    bits = f.view(xp.int32)
-    even = (bits & 1) == 0
-    step = xp.where(xp.abs(f) > xp.abs(x64), -1, 1)
-    bits = bits + (inexact & even) * step
-    return (bits.astype(np.int32) if xp is np else bits.to(xp.int32)).view(xp.float32)
+class Ops(Protocol):
+    """The array operations the direct formula (:mod:`posenc._direct`) and the one rounding
+    need; one implementation per library: :class:`NumpyOps`, :class:`TorchOps`,
+    :class:`ArrayApiOps` (JAX, array-api-strict, CuPy). Names and meanings follow the Python
+    Array API standard; ``like`` is an array whose device the result takes."""
+
+    float32: Any
+    float64: Any
+    int32: Any
+    int64: Any
+
+    def asarray(self, values: Any, dtype: Any, like: Any) -> Any:
+        """``values`` (a NumPy array or a list) as an array of ``dtype`` on ``like``'s device."""
+
+    def astype(self, x: Any, dtype: Any) -> Any:
+        """``x`` converted to ``dtype`` (round to nearest for floats)."""
+
+    def take(self, x: Any, index: Any, axis: int) -> Any:
+        """``x`` indexed along ``axis`` by the int64 array ``index``."""
+
+    def stack(self, xs: list[Any], axis: int) -> Any:
+        """Arrays of one shape stacked along a new ``axis``."""
+
+    def concat(self, xs: list[Any], axis: int) -> Any:
+        """Arrays joined along an existing ``axis``."""
+
+    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+        """``x`` with a new shape of the same size."""
+
+    def zeros(self, shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
+        """An array of zeros on ``like``'s device."""
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        """``a`` where ``cond``, else ``b`` (broadcast)."""
+
+    def sin(self, x: Any) -> Any:
+        """Elementwise sine."""
+
+    def cos(self, x: Any) -> Any:
+        """Elementwise cosine."""
+
+    def abs(self, x: Any) -> Any:
+        """Elementwise magnitude."""
+
+    def bitcast(self, x: Any, dtype: Any) -> Any:
+        """The bits of ``x`` read as ``dtype`` of the same width (float32 <-> int32)."""
+
+    def cumsum(self, x: Any, axis: int) -> Any:
+        """Cumulative sum along ``axis``."""
+
+    def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
+        """``x`` with its axes reordered."""
+
+    def arange(self, n: Any, like: Any) -> Any:
+        """float64 ``0, 1, …, n-1`` (``n`` may be a symbolic size under tracing)."""
+
+
+class NumpyOps:
+    """:class:`Ops` for NumPy (any NumPy from 1.24 on)."""
+
+    float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64
+
+    def asarray(self, values: Any, dtype: Any, like: Any) -> Any:
+        return np.asarray(values, dtype=dtype)
+
+    def astype(self, x: Any, dtype: Any) -> Any:
+        return x.astype(dtype)
+
+    def take(self, x: Any, index: Any, axis: int) -> Any:
+        return np.take(x, index, axis=axis)
+
+    def stack(self, xs: list[Any], axis: int) -> Any:
+        return np.stack(xs, axis=axis)
+
+    def concat(self, xs: list[Any], axis: int) -> Any:
+        return np.concatenate(xs, axis=axis)
+
+    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return x.reshape(shape)
+
+    def zeros(self, shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
+        return np.zeros(shape, dtype=dtype)
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        return np.where(cond, a, b)
+
+    sin, cos, abs = staticmethod(np.sin), staticmethod(np.cos), staticmethod(np.abs)
+
+    def bitcast(self, x: Any, dtype: Any) -> Any:
+        return x.view(dtype)
+
+    def cumsum(self, x: Any, axis: int) -> Any:
+        return np.cumsum(x, axis=axis)
+
+    def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
+        return x.transpose(axes)
+
+    def arange(self, n: Any, like: Any) -> Any:
+        return np.arange(n, dtype=np.float64)
+
+
+class TorchOps:
+    """:class:`Ops` for PyTorch tensors; every op traces under ``torch.compile`` and export,
+    and runs on meta tensors (shapes and dtypes only)."""
+
+    def __init__(self) -> None:
+        t = self.torch = _torch()
+        self.float32, self.float64, self.int32, self.int64 = (
+            t.float32,
+            t.float64,
+            t.int32,
+            t.int64,
+        )
+
+    def asarray(self, values: Any, dtype: Any, like: Any) -> Any:
+        return self.torch.tensor(values, dtype=dtype, device=like.device)
+
+    def astype(self, x: Any, dtype: Any) -> Any:
+        return x.to(dtype)
+
+    def take(self, x: Any, index: Any, axis: int) -> Any:
+        return x.index_select(axis, index)
+
+    def stack(self, xs: list[Any], axis: int) -> Any:
+        return self.torch.stack(xs, dim=axis)
+
+    def concat(self, xs: list[Any], axis: int) -> Any:
+        return self.torch.cat(xs, dim=axis)
+
+    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return x.reshape(shape)
+
+    def zeros(self, shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
+        return self.torch.zeros(shape, dtype=dtype, device=like.device)
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        return self.torch.where(cond, a, b)
+
+    def sin(self, x: Any) -> Any:
+        return x.sin()
+
+    def cos(self, x: Any) -> Any:
+        return x.cos()
+
+    def abs(self, x: Any) -> Any:
+        return x.abs()
+
+    def bitcast(self, x: Any, dtype: Any) -> Any:
+        return x.view(dtype)
+
+    def cumsum(self, x: Any, axis: int) -> Any:
+        return x.cumsum(axis)
+
+    def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
+        return x.permute(axes)
+
+    def arange(self, n: Any, like: Any) -> Any:
+        return self.torch.arange(n, dtype=self.torch.float64, device=like.device)
+
+
+class ArrayApiOps:
+    """:class:`Ops` for any Python Array API namespace (JAX, array-api-strict, CuPy)."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+        self.float32, self.float64, self.int32, self.int64 = (
+            xp.float32,
+            xp.float64,
+            xp.int32,
+            xp.int64,
+        )
+
+    def asarray(self, values: Any, dtype: Any, like: Any) -> Any:
+        return self.xp.asarray(values, dtype=dtype, device=_device(like))
+
+    def astype(self, x: Any, dtype: Any) -> Any:
+        return self.xp.astype(x, dtype)
+
+    def take(self, x: Any, index: Any, axis: int) -> Any:
+        return self.xp.take(x, index, axis=axis)
+
+    def stack(self, xs: list[Any], axis: int) -> Any:
+        return self.xp.stack(xs, axis=axis)
+
+    def concat(self, xs: list[Any], axis: int) -> Any:
+        return self.xp.concat(xs, axis=axis)
+
+    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return self.xp.reshape(x, shape)
+
+    def zeros(self, shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
+        return self.xp.zeros(shape, dtype=dtype, device=_device(like))
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        return self.xp.where(cond, a, b)
+
+    def sin(self, x: Any) -> Any:
+        return self.xp.sin(x)
+
+    def cos(self, x: Any) -> Any:
+        return self.xp.cos(x)
+
+    def abs(self, x: Any) -> Any:
+        return self.xp.abs(x)
+
+    def bitcast(self, x: Any, dtype: Any) -> Any:
+        from jax import lax  # 16-bit float dtypes reach here only from JAX
+
+        return lax.bitcast_convert_type(x, dtype)
+
+    def cumsum(self, x: Any, axis: int) -> Any:
+        return self.xp.cumulative_sum(x, axis=axis)
+
+    def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
+        return self.xp.permute_dims(x, axes)
+
+    def arange(self, n: Any, like: Any) -> Any:
+        return self.xp.arange(n, dtype=self.xp.float64, device=_device(like))
+
+
+def ops_for(x: Any) -> Ops:
+    """The :class:`Ops` of ``x``'s library."""
+    if is_torch(x):
+        return TorchOps()
+    xp = array_namespace(x)
+    return NUMPY_OPS if xp is None else ArrayApiOps(xp)
+
+
+def _device(like: Any) -> Any:
+    return getattr(like, "device", None) if like is not None else None
+
+
+def round_to_odd(x64: Any, ops: Ops) -> Any:
+    """float64 -> float32 rounded to odd: exact values stay, an inexact one becomes the
+    neighbour (of the two around it) whose last bit is set.
+
+    Round to nearest, step back toward zero where that went away from zero (the truncation),
+    then set the last bit where the value was inexact: int32 work only, a few passes.
+    """
+    f = ops.astype(x64, ops.float32)
+    back = ops.astype(f, ops.float64)
+    away = ops.astype(ops.abs(back) > ops.abs(x64), ops.int32)
+    inexact = ops.astype(back != x64, ops.int32)
+    return ops.bitcast((ops.bitcast(f, ops.int32) - away) | inexact, ops.float32)
+
+
+def round_once(x64: Any, dtype: Any, ops: Ops) -> Any:
+    """float64 values rounded once to ``dtype`` (to odd first for 16-bit dtypes, so the
+    second rounding is correct)."""
+    if _itemsize(dtype) == 2:
+        return ops.astype(round_to_odd(x64, ops), dtype)
+    return ops.astype(x64, dtype)
+
+
+def _itemsize(dtype: Any) -> int:
+    """Bytes of a float dtype of any library (NumPy, torch, JAX, array-api-strict)."""
+    size = getattr(dtype, "itemsize", None)
+    if isinstance(size, int):
+        return size
+    name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+    return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(name, 8)
+
+
+NUMPY_OPS = NumpyOps()
 
 
 def backend_for(dtype: Any = None, device: Any = None, like: Any = None) -> Backend:
@@ -333,8 +609,7 @@ def backend_for(dtype: Any = None, device: Any = None, like: Any = None) -> Back
                 raise PosencError("`device` needs PyTorch: pip install 'posenc[torch]'") from None
         if device is None:
             device = like.device if is_torch(like) else torch.device("cpu")
-        device = torch.device(device)
-        return TorchBackend(_torch_dtype(torch, dtype), device)
+        return TorchBackend(_torch_dtype(torch, dtype), check_device(torch, device))
     return NumpyBackend(_numpy_dtype(dtype))
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from . import _api, _plots
-from ._errors import PosencError
 from ._io import atomic, need
+from ._validate import PosencError
 
 FIGURES = ("curves.png", "heatmap.png", "similarity.png", "patch.png", "accuracy.png")
 

@@ -27,10 +27,7 @@ NumPy, a few MiB for torch, whose per-call overhead is larger).
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -38,9 +35,10 @@ from typing import Any
 import numpy as np
 
 from ._backends import Backend
-from ._errors import check_int
+from ._cache import BoundedCache, nbytes
 from ._layout import AxisPlan, Plan, Run
 from ._positions import Progression
+from ._validate import check_int
 
 PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("PROGRESS", default=None)
 """Set by the command line to draw a progress bar: called with (rows done, rows)."""
@@ -74,8 +72,16 @@ def _phasor_range(
     return (hi[:, None, :] * lo[None, :, :]).reshape(-1, hi.shape[-1])[:count]
 
 
-@functools.lru_cache(maxsize=8)  # 8 KiB per frequency: 4 MiB for dim 1024
+LEVELS = BoundedCache(64 << 20)  # 8 KiB per frequency: 4 MiB for dim 1024
+MAX_FREQS = 4096  # wider plans are evaluated in channel slices of this many (bit for bit)
+
+
 def _levels(omega_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The level tables of these frequencies, kept in :data:`LEVELS`."""
+    return LEVELS.get_or_make(omega_bytes, lambda: _make_levels(omega_bytes), nbytes)
+
+
+def _make_levels(omega_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
     """``L0[j] = exp(-i d w)`` and ``L1[j] = exp(-i d 256 w)`` for digits ``d = j - 128``.
 
     ``[256, n]`` complex128 each, built as ``16 x 16`` products of directly evaluated phasors
@@ -276,10 +282,20 @@ def _write(
         out[(*index, j)] = bk.rounded(x).reshape(shape)
 
 
-@functools.lru_cache(maxsize=256)
+ORDERS = BoundedCache(8 << 20)
+
+
 def _channel_order(runs: tuple[Run, ...], width: int) -> tuple[np.ndarray, list[tuple[int, slice]]]:
     """Basis columns in the order of the channels they go to, and the output slices they
     fill (``(first column, channels)``; adjacent contiguous runs merged)."""
+    return ORDERS.get_or_make(
+        (runs, width), lambda: _make_channel_order(runs, width), lambda v: nbytes(v[0])
+    )
+
+
+def _make_channel_order(
+    runs: tuple[Run, ...], width: int
+) -> tuple[np.ndarray, list[tuple[int, slice]]]:
     cols = np.arange(width)
     ranked = sorted(runs, key=lambda r: r.dst.start)
     order = np.concatenate([cols[r.src] for r in ranked]) if ranked else cols[:0]
@@ -324,6 +340,8 @@ def fill_grid(
     dims: list[int],
 ) -> None:
     """Fill ``out`` ``[L_0, …, L_{k-1}, dim]``; position axis ``a`` varies along ``dims[a]``."""
+    if _sliced(plan, lambda sl, part: fill_grid(bk, out[..., sl], part, axes, dims)):
+        return
     nd = out.ndim - 1
     report = PROGRESS.get() if nd == 1 else None
     for ap in plan.axes:
@@ -364,6 +382,8 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
     offsets, packed sequences), they are written as tables, run by run. Every way gives the
     same bits.
     """
+    if _sliced(plan, lambda sl, part: fill_points(bk, out[:, sl], part, x, integral)):
+        return
     if integral and plan.ndim == 1 and x.shape[0]:
         xs = _host_ints(x).reshape(-1)
         lowest = int(xs.min()) // LEVEL * LEVEL
@@ -407,45 +427,20 @@ def fill_points(bk: Backend, out: Any, plan: Plan, x: Any, integral: bool) -> No
         out[..., j] = 0
 
 
-class _Tables:
-    """The most recently used span tables of ``encode``'s gather path, up to ``limit`` bytes
-    in all: a repeated call with ids from the same range is then a gather. Tables are never
-    handed out (the gather copies), so callers cannot change them."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.items: OrderedDict[tuple[Any, ...], tuple[Any, int]] = OrderedDict()
-        self.size = 0
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> Any:
-        with self.lock:
-            hit = self.items.get(key)
-            if hit is None:
-                return None
-            self.items.move_to_end(key)
-            return hit[0]
-
-    def put(self, key: tuple[Any, ...], table: Any, size: int) -> None:
-        with self.lock:
-            if size > self.limit or key in self.items:
-                return
-            self.items[key] = (table, size)
-            self.size += size
-            self.shrink(self.limit)
-
-    def resize(self, limit: int) -> None:
-        with self.lock:
-            self.limit = limit
-            self.shrink(limit)
-
-    def shrink(self, limit: int) -> None:
-        while self.size > limit:
-            _, (_, size) = self.items.popitem(last=False)
-            self.size -= size
+def _sliced(plan: Plan, fill: Callable[[slice, Plan], None]) -> bool:
+    """Evaluate a plan of more than ``MAX_FREQS`` frequencies in channel slices, so the level
+    tables stay small (a slice's plan gives the same bits as the full one); True if done."""
+    if len(plan.omega) <= MAX_FREQS:
+        return False
+    for lo in range(0, plan.dim, MAX_FREQS):
+        sl = slice(lo, min(plan.dim, lo + MAX_FREQS))
+        fill(sl, plan.select(sl))
+    return True
 
 
-TABLES = _Tables(64 << 20)
+TABLES = BoundedCache(64 << 20)
+"""The most recently used span tables of ``encode``'s gather path: a repeated call with ids
+from the same range is then a gather. Tables are never handed out (the gather copies)."""
 
 
 def set_table_cache(max_bytes: int) -> None:

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from ._errors import PosencError
+from ._validate import PosencError
 
 Spacing = Literal["geometric", "pow2"]
 
@@ -45,12 +45,14 @@ def frequencies(
     """``n`` angular frequencies in float64 (radians per unit position)."""
     k = np.arange(n, dtype=np.float64)
     if spacing == "pow2":
-        return np.ldexp(1.0, np.arange(n)).astype(np.float64)
+        with np.errstate(over="ignore"):
+            return np.ldexp(1.0, np.arange(n)).astype(np.float64)
     if spacing != "geometric":
         raise PosencError(f"unknown frequency spacing {spacing!r}")
     if n == 0:
         return k
     if not den > 0:
         raise PosencError(f"the frequency denominator width/2 - shift must be > 0, got {den:g}")
-    ratio = base / min_timescale
-    return min_timescale * np.exp(k * (-np.log(ratio) / den))
+    with np.errstate(all="ignore"):  # an overflow is refused by the plan, naming the options
+        ratio = base / min_timescale
+        return min_timescale * np.exp(k * (-np.log(ratio) / den))

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import PosencError
+from ._validate import PosencError
 
 FORMATS = ("npy", "pt", "safetensors", "csv", "json")
 READABLE = ("npy", "pt", "safetensors")

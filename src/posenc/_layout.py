@@ -21,9 +21,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._errors import PosencError
+from ._cache import BoundedCache, nbytes
 from ._frequencies import denominator, frequencies
 from ._spec import Encoding
+from ._validate import MAX_DIM, PosencError, check_finite_frequencies, check_int
 
 ZERO = -1
 
@@ -50,6 +51,17 @@ class AxisPlan:
     identity: tuple[int, ...]  # output channels holding x itself
 
 
+@dataclass(frozen=True)
+class PlanConstants:
+    omega: tuple[float, ...]
+    axis: tuple[int, ...]
+    columns: tuple[int, ...]
+    axes: tuple[tuple[tuple[float, ...], tuple[int, ...]], ...]  # per axis: (omega, columns)
+    largest: float  # the largest frequency (0 when none)
+    exact: bool  # every frequency a power of two: exact products
+    identities: bool  # some channel holds a position itself
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     dim: int
@@ -72,6 +84,57 @@ class Plan:
         src = src.copy()
         src[sincos] = 2 * remap[src[sincos] // 2] + src[sincos] % 2
         return Plan(len(src), self.ndim, self.omega[used], self.axis[used], src)
+
+    @functools.cached_property
+    def exact(self) -> bool:
+        """Every frequency is a power of two (NeRF): ``x * w`` is exact in float64."""
+        return bool(len(self.omega)) and bool((np.frexp(self.omega)[0] == 0.5).all())
+
+    @functools.cached_property
+    def identities(self) -> bool:
+        """Some channel holds a position itself (NeRF's included input)."""
+        return bool((self.src <= -2).any())
+
+    @functools.cached_property
+    def columns(self) -> np.ndarray:
+        """For each channel, its column in the direct basis ``[sin u0, cos u0, …, 0, x_0, …]``
+        (:mod:`posenc._direct`)."""
+        u = len(self.omega)
+        s = self.src
+        return np.where(s >= 0, s, np.where(s == ZERO, 2 * u, 2 * u + 1 + (-2 - s)))
+
+    @functools.cached_property
+    def axis_columns(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """Per axis: its frequencies ``us``, and for each channel its column in that axis's
+        basis ``[sin, cos, …, 0, x_a]`` (other axes' channels take the zero column)."""
+        out = []
+        for a in range(self.ndim):
+            us = np.flatnonzero(self.axis == a)
+            local = np.full(len(self.omega) + 1, -1, dtype=np.int64)
+            local[us] = np.arange(len(us))
+            s = self.src
+            freq = np.where(s >= 0, local[np.where(s >= 0, s // 2, -1)], -1)
+            n = len(us)
+            cols = np.where(freq >= 0, 2 * freq + s % 2, np.where(s == ident(a), 2 * n + 1, 2 * n))
+            out.append((us, cols))
+        return tuple(out)
+
+    @functools.cached_property
+    def constants(self) -> PlanConstants:
+        """The arrays the direct formula needs, as Python tuples: constants of a traced graph
+        (touch this before tracing, so a tracer only reads an attribute)."""
+        return PlanConstants(
+            tuple(float(w) for w in self.omega),
+            tuple(int(a) for a in self.axis),
+            tuple(int(c) for c in self.columns),
+            tuple(
+                (tuple(float(self.omega[u]) for u in us), tuple(int(c) for c in cols))
+                for us, cols in self.axis_columns
+            ),
+            float(np.abs(self.omega).max()) if len(self.omega) else 0.0,
+            self.exact,
+            self.identities,
+        )
 
     @functools.cached_property
     def zeros(self) -> tuple[int, ...]:
@@ -190,9 +253,21 @@ def channel_plan(enc: Encoding, dim: int, ndim: int, who: str, channels: object)
     return full if picked is None or picked == slice(0, dim) else full.select(picked)
 
 
-@functools.lru_cache(maxsize=256)
+PLANS = BoundedCache(16 << 20)
+
+
 def plan(enc: Encoding, dim: int, ndim: int, who: str) -> Plan:
-    """The channel plan of ``enc`` at width ``dim`` over ``ndim`` position axes."""
+    """The channel plan of ``enc`` at width ``dim`` over ``ndim`` position axes (kept, up to
+    16 MiB of plans)."""
+    dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
+    return PLANS.get_or_make(
+        (enc, dim, ndim, who),
+        lambda: _build(enc, dim, ndim, who, hint=True),
+        lambda p: nbytes(p.omega, p.axis, p.src),
+    )
+
+
+def _build(enc: Encoding, dim: int, ndim: int, who: str, *, hint: bool) -> Plan:
     width = dim - (ndim if enc.include_input else 0)
     if width < 0:
         raise PosencError(
@@ -212,7 +287,7 @@ def plan(enc: Encoding, dim: int, ndim: int, who: str) -> Plan:
             raise PosencError(
                 f"`dim` is too small for preset {who!r}: its spacing divides by "
                 f"n - {enc.shift:g} for n frequencies per block, which must be > 0; "
-                f"dim={dim} gives n={n_sin}{_smallest(enc, dim, ndim, who)}"
+                f"dim={dim} gives n={n_sin}{_smallest(enc, dim, ndim, who) if hint else ''}"
             )
         omegas.append(
             frequencies(enc.spacing, n_sin, den=den, base=enc.base, min_timescale=enc.min_timescale)
@@ -251,14 +326,30 @@ def plan(enc: Encoding, dim: int, ndim: int, who: str) -> Plan:
         raise PosencError(f"unknown layout {enc.layout!r}")
     src = src[:dim] + [ZERO] * (dim - len(src))
     axis = np.concatenate([np.full(counts[b][0], order[b], dtype=np.int64) for b in range(nb)])
-    omega = np.concatenate(omegas) * enc.scale
+    with np.errstate(over="ignore", invalid="ignore"):
+        omega = np.concatenate(omegas) * enc.scale
+    check_finite_frequencies(
+        omega,
+        who,
+        f"dim={dim}, base={enc.base:g}, min_timescale={enc.min_timescale:g}, "
+        f"shift={enc.shift:g}, scale={enc.scale:g}",
+    )
     return Plan(dim, ndim, omega, axis, np.asarray(src, dtype=np.int64))
 
 
 def _smallest(enc: Encoding, dim: int, ndim: int, who: str) -> str:
-    for d in range(dim + 1, dim + 8 * ndim + 8):
+    """``; the smallest width it takes is D`` when one is found close above ``dim``.
+
+    The search starts where a block is wide enough for the spacing's shift (a block of ``w``
+    channels needs ``w / 2 > shift``) and tries a bounded number of widths, none of which
+    searches again.
+    """
+    share = min(enc.fractions) if enc.widths == "exact" and enc.fractions else 1 / ndim
+    inputs = ndim if enc.include_input else 0
+    first = max(dim + 1, math.floor(2 * max(enc.shift, 0.0) / share) + inputs - 2)
+    for d in range(first, min(first + 16 * ndim + 16, MAX_DIM + 1)):
         try:
-            plan(enc, d, ndim, who)
+            _build(enc, d, ndim, who, hint=False)
         except PosencError:
             continue
         return f"; the smallest width it takes is {d}"

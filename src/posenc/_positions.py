@@ -10,6 +10,7 @@ Three kinds reach the engine:
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ._backends import is_torch
-from ._errors import PosencError, check_int
 from ._spec import Encoding
+from ._validate import MAX_AXES, PosencError, as_positions, check_int
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,13 @@ class Progression:
 
     def values(self) -> np.ndarray:
         return self.start + np.arange(self.length, dtype=np.float64) * self.step
+
+    @property
+    def bound(self) -> float:
+        """The largest magnitude of its positions (0 when empty)."""
+        if not self.length:
+            return 0.0
+        return max(abs(self.start), abs(self.start + (self.length - 1) * self.step))
 
 
 def grid_axis(
@@ -46,11 +54,18 @@ def grid_axis(
     ``f = 1 / interpolation_scale`` (diffusers), times ``base_size / length`` (diffusers'
     ``i / (length / base_size)``), divided by ``last + 1e-6`` when ``normalize`` (DETR).
     """
+    if not length:
+        return Progression(0.0, 1.0, 0)
     f = 1.0 / interpolation_scale
     if base_size is not None:
         f *= base_size / length
     if normalize:
-        f /= (offset + length - 1) * f + 1e-6 if length else 1.0
+        f /= (offset + length - 1) * f + 1e-6
+    if not math.isfinite(f) or not math.isfinite(offset * f):
+        raise PosencError(
+            f"the grid positions must be finite: `interpolation_scale`={interpolation_scale:g}"
+            f"{'' if base_size is None else f', `base_size`={base_size:g}'} scale them by {f:g}"
+        )
     return Progression(offset * f, f, length)
 
 
@@ -77,49 +92,12 @@ def grid_shape(shape: Any, ndim: int | None) -> tuple[int, ...]:
         shape = (shape,) * (ndim or 1)
     if not isinstance(shape, (tuple, list)) or not shape:
         raise PosencError(f"`shape` must be an int or a non-empty tuple of ints, got {shape!r}")
+    if len(shape) > MAX_AXES:
+        raise PosencError(f"`shape` must have at most {MAX_AXES} axes, got {len(shape)}")
     dims = tuple(check_int(f"shape[{i}]", s) for i, s in enumerate(shape))
     if ndim is not None and len(dims) != ndim:
         raise PosencError(f"`shape` must have {ndim} axes for this preset, got {tuple(shape)}")
     return dims
-
-
-def as_positions(positions: Any, name: str = "positions") -> tuple[Any, bool]:
-    """Validated positions (a NumPy array or a torch tensor) and whether they are integers."""
-    if is_torch(positions):
-        t = positions
-        if t.is_complex() or t.dtype == _torch_bool():
-            raise PosencError(f"`{name}` must hold integers or real numbers, got {t.dtype}")
-        integral = not t.is_floating_point()
-        if not integral and not bool(t.isfinite().all()):
-            raise PosencError(f"`{name}` must be finite, got a value of {_first_bad(t)}")
-        return t, integral
-    if isinstance(positions, numbers.Number) and not isinstance(positions, numbers.Real):
-        raise PosencError(f"`{name}` must hold integers or real numbers, got {positions!r}")
-    try:
-        arr = np.asarray(positions)
-    except (ValueError, TypeError) as err:
-        raise PosencError(f"`{name}` must be an array of numbers: {err}") from None
-    if arr.dtype == object and arr.size:
-        raise PosencError(f"`{name}` must be an array of numbers, got {positions!r:.60}")
-    if arr.dtype.kind == "b" or (arr.dtype.kind not in "iuf" and arr.size):
-        raise PosencError(f"`{name}` must hold integers or real numbers, got dtype {arr.dtype}")
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise PosencError(f"`{name}` must be finite, got a value of {_first_bad(arr)}")
-    if arr.dtype.kind == "f" and arr.dtype.itemsize < 4:
-        arr = arr.astype(np.float32)  # exact: every float16 is a float32
-    return arr, arr.dtype.kind in "iu"
-
-
-def _first_bad(arr: Any) -> str:
-    flat = arr.reshape(-1)
-    bad = ~(flat.isfinite() if is_torch(flat) else np.isfinite(flat))
-    return str(float(flat[bad][0]))
-
-
-def _torch_bool() -> Any:
-    import torch
-
-    return torch.bool
 
 
 def fairseq_positions(tokens: Any, padding_idx: int) -> Any:
@@ -132,8 +110,10 @@ def fairseq_positions(tokens: Any, padding_idx: int) -> Any:
         >>> fairseq_positions([[5, 6, 7, 1, 1]], padding_idx=1).tolist()
         [[2, 3, 4, 1, 1]]
     """
-    t, integral = as_positions(tokens, "tokens")
-    if not integral:
+    padding_idx = check_int("padding_idx", padding_idx, minimum=None)
+    given = as_positions(tokens, "tokens")
+    t = given.values
+    if not given.integral:
         raise PosencError(f"`tokens` must be integer token ids, got {t.dtype}")
     mask = t != padding_idx
     if is_torch(t):

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import PosencError, check_bool, check_int, check_real, suggest
 from ._spec import Encoding
+from ._validate import PosencError, check_bool, check_int, check_real, suggest
 
 Apply = Callable[[Encoding, Any, Mapping[str, Any]], Encoding]
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._backends import is_torch
-from ._errors import PosencError, check_int
+from ._validate import PosencError, check_int
 
 Layout = Literal["contiguous", "zigzag"]
 

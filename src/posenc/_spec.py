@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from ._frequencies import Spacing
+from ._validate import (
+    MAX_AXES,
+    PosencError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+)
 
 Layout = Literal["interleaved", "halves", "halves-cos-first", "sin-major", "frequency-major"]
 """How the sines and cosines of the blocks are ordered in the channels.
@@ -86,6 +95,69 @@ class Encoding:
     extra_tokens: int = 0
     tokens: TokenOrder = "row-major"
 
+    def __post_init__(self) -> None:
+        """Every field checked and normalised, so no encoding can describe NaN frequencies,
+        an unknown layout or a hang."""
+        fix = object.__setattr__
+        if self.ndim is not None:
+            fix(self, "ndim", check_int("ndim", self.ndim, minimum=1, maximum=MAX_AXES))
+        check_choice("spacing", self.spacing, get_args(Spacing))
+        check_choice("layout", self.layout, get_args(Layout))
+        check_choice("widths", self.widths, get_args(Widths))
+        check_choice("tokens", self.tokens, get_args(TokenOrder))
+        for name in ("base", "min_timescale"):
+            fix(self, name, check_real(name, getattr(self, name), positive=True))
+        for name in ("shift", "scale", "grid_offset"):
+            fix(self, name, check_real(name, getattr(self, name)))
+        for name in ("guard", "include_input", "normalize"):
+            fix(self, name, check_bool(name, getattr(self, name)))
+        fix(self, "extra_tokens", check_int("extra_tokens", self.extra_tokens))
+        if self.padding_idx is not None:
+            fix(self, "padding_idx", check_int("padding_idx", self.padding_idx, minimum=None))
+        if self.base_size is not None:
+            fix(self, "base_size", check_real("base_size", self.base_size, positive=True))
+        scales = self.interpolation_scale
+        if isinstance(scales, tuple):
+            fix(
+                self,
+                "interpolation_scale",
+                tuple(
+                    check_real(f"interpolation_scale[{i}]", v, positive=True)
+                    for i, v in enumerate(scales)
+                ),
+            )
+        else:
+            fix(
+                self,
+                "interpolation_scale",
+                check_real("interpolation_scale", scales, positive=True),
+            )
+        if self.fractions is not None:
+            fr = _tuple("fractions", self.fractions)
+            fix(
+                self,
+                "fractions",
+                tuple(check_real(f"fractions[{i}]", v, positive=True) for i, v in enumerate(fr)),
+            )
+            if not math.isclose(sum(self.fractions), 1.0, rel_tol=1e-9):
+                raise PosencError(f"`fractions` must add up to 1, got {self.fractions!r}")
+        if self.axis_order is not None:
+            order = tuple(
+                check_int(f"axis_order[{i}]", a)
+                for i, a in enumerate(_tuple("axis_order", self.axis_order))
+            )
+            if sorted(order) != list(range(len(order))):
+                raise PosencError(
+                    f"`axis_order` must be a permutation of 0 … {len(order) - 1}, got {order!r}"
+                )
+            fix(self, "axis_order", order)
+
     def replace(self, **changes: object) -> Encoding:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _tuple(name: str, value: Any) -> tuple[Any, ...]:
+    if not isinstance(value, tuple | list):
+        raise PosencError(f"`{name}` must be a tuple, got {value!r}")
+    return tuple(value)

@@ -19,8 +19,8 @@ import numpy as np
 
 from . import _api
 from ._engine import PROGRESS
-from ._errors import PosencError
 from ._io import MissingDependency, atomic, check_writable, file_format, need, read, write
+from ._validate import PosencError
 
 EXIT_USAGE = 2
 

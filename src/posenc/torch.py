@@ -1,17 +1,17 @@
 """PyTorch modules: drop-in sinusoidal encodings for transformers, ViTs, DETR and diffusion.
 
-Every module holds a preset (an :class:`~posenc.Encoding` and a width) and evaluates it in
-``forward`` with plain torch ops, so ``torch.compile(fullgraph=True)``, ``torch.export`` and
-ONNX export trace it. Angles are formed in float64 and the result is rounded once to the
-dtype of the activations (to odd first for 16-bit dtypes), so ``module.to(torch.bfloat16)``,
-``.half()`` and autocast never degrade the encoding.
+Every module holds a preset (an :class:`~posenc.Encoding` and a width) and calls the core,
+which chooses the evaluation (:mod:`posenc._evaluate`): eager calls run the exact engine, and
+traced ones (``torch.compile(fullgraph=True)``, ``torch.export``, ONNX) the same float64
+formula in torch ops; meta inputs give meta outputs. Angles are formed in float64 and the
+result is rounded once to the dtype of the activations (to odd first for 16-bit dtypes), so
+``module.to(torch.bfloat16)``, ``.half()`` and autocast never degrade the encoding.
 
-No table is saved: the only buffers are non-persistent (absent from ``state_dict``), and a
-checkpoint of a module that did save its table (a ``pe`` or ``weights`` key) loads with that
-key ignored. :class:`PositionalEncoding` and :class:`SinusoidalEmbedding` keep a table of the
-first ``cached_length`` positions (a non-persistent buffer, rebuilt by
-``reset_parameters()``) for the common no-offset case; longer sequences and explicit
-positions are computed, never cached, so ``forward`` never changes the module.
+No table is saved, and the modules have no buffers: a checkpoint of a module that did save its
+table (a ``pe`` or ``weights`` key) loads with that key ignored. :class:`PositionalEncoding`
+and :class:`SinusoidalEmbedding` keep a table of the first ``cached_length`` positions, outside
+the buffers, in the module's dtype and on its device: ``.to()``, ``.half()``, ``.float()``,
+``.cuda()`` and ``to_empty()`` rebuild it, so it never holds stale numbers.
 
 Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
 """
@@ -19,18 +19,17 @@ Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from . import _api
-from ._backends import round_to_odd
-from ._errors import PosencError, check_int, check_real
-from ._layout import ZERO, Plan, channel_plan, check_channels
-from ._positions import grid_axes, grid_shape
+from ._layout import Plan, channel_plan, check_channels
+from ._positions import grid_shape
 from ._presets import get_preset
-from ._spec import Encoding
+from ._validate import PosencError, as_positions, check_bool, check_int, check_real
 
 __all__ = [
     "DetrSineEncoding",
@@ -45,111 +44,17 @@ __all__ = [
 _IGNORED_KEYS = ("pe", "weights", "_float_tensor", "pos_embed", "positional_embedding")
 
 
-def _round(values: Tensor, dtype: torch.dtype) -> Tensor:
-    """float64 values rounded once to ``dtype`` (to odd first for 16-bit dtypes)."""
-    if dtype.itemsize == 2:
-        return round_to_odd(values, torch).to(dtype)
-    return values.to(dtype)
-
-
-class _Evaluator:
-    """A plan as Python constants: no tensor state, so ``.to()`` cannot touch it."""
-
-    def __init__(self, pl: Plan) -> None:
-        self.dim = pl.dim
-        self.ndim = pl.ndim
-        u = len(pl.omega)
-        self.omega = tuple(float(w) for w in pl.omega)
-        self.axis = tuple(int(a) for a in pl.axis)
-        # basis columns: [sin u0, cos u0, …, sin, cos, 0, x_0, …, x_{k-1}]
-        self.index = tuple(
-            int(s) if s >= 0 else (2 * u if s == ZERO else 2 * u + 1 + (-2 - int(s)))
-            for s in pl.src
-        )
-
-    def points(self, x: Tensor, dtype: torch.dtype) -> Tensor:
-        """``[..., k]`` coordinates -> ``[..., dim]`` encoding in ``dtype``."""
-        x64 = x.to(torch.float64)
-        w = torch.tensor(self.omega, dtype=torch.float64, device=x.device)
-        if self.ndim == 1:
-            theta = x64 * w
-        else:
-            axis = torch.tensor(self.axis, dtype=torch.long, device=x.device)
-            theta = x64.index_select(-1, axis) * w
-        basis = torch.stack((theta.sin(), theta.cos()), dim=-1).flatten(-2)
-        basis = torch.cat((basis, torch.zeros_like(x64[..., :1]), x64), dim=-1)
-        index = torch.tensor(self.index, dtype=torch.long, device=x.device)
-        return _round(basis.index_select(-1, index), dtype)
-
-    def grid(self, axes: list[Tensor], order: list[int], dtype: torch.dtype) -> Tensor:
-        """Per-axis positions ``[L_a]`` -> the grid's encoding, separably.
-
-        ``order[i]`` is the position axis that output dimension ``i`` runs along, so the
-        result is ``[L_order[0], …, L_order[k-1], dim]``. Each axis evaluates its own
-        frequencies only; its part is zero in the other axes' channels, so the parts add up
-        exactly.
-        """
-        k = len(axes)
-        device = axes[0].device
-        out: Tensor | None = None
-        for a, pos in enumerate(axes):
-            us = [u for u, b in enumerate(self.axis) if b == a]
-            x64 = pos.to(torch.float64).unsqueeze(-1)
-            w = torch.tensor([self.omega[u] for u in us], dtype=torch.float64, device=device)
-            theta = x64 * w
-            basis = torch.stack((theta.sin(), theta.cos()), dim=-1).flatten(-2)
-            basis = torch.cat((basis, torch.zeros_like(x64), x64), dim=-1)
-            local = torch.tensor(self._local(a, us), dtype=torch.long, device=device)
-            view = [1] * k
-            view[order.index(a)] = int(pos.shape[0])
-            part = basis.index_select(-1, local).reshape(*view, self.dim)
-            out = part if out is None else out + part
-        assert out is not None
-        return _round(out, dtype)
-
-    def _local(self, a: int, us: list[int]) -> list[int]:
-        """For each channel, its column in axis ``a``'s basis ``[sin, cos, …, 0, x_a]``;
-        channels of other axes (and zero channels) take the zero column."""
-        u = len(self.omega)
-        n = len(us)
-        where = {g: i for i, g in enumerate(us)}
-        cols = []
-        for i in self.index:
-            if i < 2 * u and (i // 2) in where:
-                cols.append(2 * where[i // 2] + i % 2)
-            elif i == 2 * u + 1 + a:
-                cols.append(2 * n + 1)
-            else:
-                cols.append(2 * n)
-        return cols
-
-
-def _resolve(
-    preset: str,
-    dim: int,
-    ndim: int,
-    options: dict[str, Any],
-    *,
-    grid: bool,
-    channels: slice | None = None,
-) -> tuple[Encoding, _Evaluator]:
-    p = get_preset(preset)
-    enc = p.resolve(options, grid=grid)
-    fixed = enc.ndim
-    if fixed is not None and fixed != ndim:
-        what = "a sequence module" if ndim == 1 else f"{ndim} axes"
-        raise PosencError(f"preset {p.name!r} encodes {fixed} axes; it cannot serve {what}")
-    dim = check_int("dim", dim, minimum=1)
-    return enc, _Evaluator(channel_plan(enc, dim, ndim, p.name, channels))
+def _tracing() -> bool:
+    return bool(torch.compiler.is_compiling() or torch.compiler.is_exporting())
 
 
 def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
     """Positions of packed sequences: ``0, 1, …`` restarting at every boundary.
 
     Args:
-        cu_seqlens: ``[n + 1]`` cumulative sequence lengths, starting at 0 (flash-attn's
-            varlen convention).
-        total: number of tokens (default ``cu_seqlens[-1]``).
+        cu_seqlens: ``[n + 1]`` cumulative sequence lengths: starting at 0, non-decreasing
+            (flash-attn's varlen convention).
+        total: number of tokens (default ``cu_seqlens[-1]``); ``cu_seqlens`` must end there.
 
     Returns:
         ``[t]`` int64 positions.
@@ -158,16 +63,37 @@ def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
         >>> packed_positions(torch.tensor([0, 3, 5])).tolist()
         [0, 1, 2, 0, 1]
     """
-    if cu_seqlens.ndim != 1 or cu_seqlens.is_floating_point() or cu_seqlens.shape[0] < 2:
+    if (
+        not isinstance(cu_seqlens, Tensor)
+        or cu_seqlens.ndim != 1
+        or cu_seqlens.is_floating_point()
+        or cu_seqlens.is_complex()
+        or cu_seqlens.dtype == torch.bool
+        or cu_seqlens.shape[0] < 2
+    ):
         raise PosencError(
             "`cu_seqlens` must be a 1-D integer tensor [n + 1] of cumulative lengths, got "
-            f"{cu_seqlens.dtype} of shape {tuple(cu_seqlens.shape)}"
+            f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens).__name__)} of shape "
+            f"{tuple(getattr(cu_seqlens, 'shape', ()))}"
         )
-    cu = cu_seqlens.long()
+    cu = as_positions(cu_seqlens, "cu_seqlens").values
+    if total is not None:
+        total = check_int("total", total)
+    if not _tracing() and not cu.is_meta:
+        first, last = int(cu[0]), int(cu[-1])
+        if first != 0 or bool((cu[1:] < cu[:-1]).any()) or (total is not None and last != total):
+            end = "" if total is None else f" and end at the number of tokens {total}"
+            raise PosencError(
+                f"`cu_seqlens` must start at 0, never decrease{end}, got {_short(cu.tolist())}"
+            )
     count = int(cu[-1]) if total is None else total
     tokens = torch.arange(count, device=cu.device)
     doc = torch.searchsorted(cu[1:], tokens, right=True)
     return tokens - cu.index_select(0, doc)
+
+
+def _short(values: list[Any]) -> str:
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, …]"
 
 
 def encode(
@@ -178,22 +104,60 @@ def encode(
     dtype: torch.dtype | None = None,
     **options: Any,
 ) -> Tensor:
-    """Torch-only encoding of positions, traceable by ``torch.compile`` and export.
-
-    Same numbers as :func:`posenc.encode` (within one float32 ulp; both are the float64 value
-    rounded once). ``positions`` ``[*s]`` (1D presets) -> ``[*s, dim]``.
+    """:func:`posenc.encode` for torch positions, in torch's default dtype unless given;
+    traceable by ``torch.compile`` and export. ``[*s]`` (1D presets) -> ``[*s, dim]``.
     """
-    enc, ev = _resolve(preset, dim, 1, options, grid=False)
-    out = ev.points(positions.unsqueeze(-1), dtype or torch.get_default_dtype())
-    if enc.padding_idx is not None:
-        out = out.masked_fill((positions == enc.padding_idx).unsqueeze(-1), 0)
-    return out
+    return _api.encode(
+        positions, dim, preset=preset, dtype=dtype or torch.get_default_dtype(), **options
+    )
 
 
-class _Cached(nn.Module):
-    """The shared part of the 1D modules: a preset, and a cache of the first rows."""
+class _Module(nn.Module):
+    """What every module shares: a preset resolved once, and the dtype and device the module
+    was built for or moved to (tracked through ``_apply``, so ``.to()``, ``.half()``,
+    ``to_empty()`` and friends reach it without a buffer that DDP would broadcast)."""
 
-    cache: Tensor
+    def __init__(
+        self, preset: str, options: dict[str, Any], *, grid: bool, device: Any, dtype: Any
+    ) -> None:
+        super().__init__()
+        p = get_preset(preset)
+        self.preset = p.name
+        self.options = dict(options)
+        self.enc = p.resolve(self.options, grid=grid)
+        dtype = dtype or torch.get_default_dtype()
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise PosencError(f"`dtype` must be a floating torch dtype, got {dtype!r}")
+        probe = torch.empty(0, dtype=dtype, device=_api_device(device))
+        self._dtype, self._device = probe.dtype, probe.device
+        self._register_load_state_dict_pre_hook(_drop_saved_tables)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _Module:
+        super()._apply(fn, recurse)
+        probe = fn(torch.empty(0, dtype=self._dtype, device=self._device))
+        if (probe.dtype, probe.device) != (self._dtype, self._device):
+            self._dtype, self._device = probe.dtype, probe.device
+            self._moved()
+        return self
+
+    def _moved(self) -> None:
+        """Called after the module's dtype or device changed."""
+
+
+def _traceable(plan: Plan) -> Plan:
+    """A plan whose constants are computed now, so a tracer only reads attributes."""
+    plan.constants  # noqa: B018
+    return plan
+
+
+def _api_device(device: Any) -> torch.device:
+    from ._validate import check_device
+
+    return check_device(torch, "cpu" if device is None else device)
+
+
+class _Cached(_Module):
+    """The shared part of the 1D modules: a preset, and a table of the first rows."""
 
     def __init__(
         self,
@@ -205,72 +169,61 @@ class _Cached(nn.Module):
         options: dict[str, Any],
         channels: slice | None,
     ) -> None:
-        super().__init__()
+        super().__init__(preset, options, grid=False, device=device, dtype=dtype)
+        if self.enc.ndim not in (1, None):
+            raise PosencError(
+                f"preset {self.preset!r} encodes {self.enc.ndim} axes; it cannot serve a "
+                "sequence module"
+            )
         self.dim = check_int("dim", dim, minimum=1)
-        self.preset = get_preset(preset).name
-        self.options = dict(options)
         self.channels = check_channels(channels, self.dim)
-        self.enc, self._ev = _resolve(preset, dim, 1, options, grid=False, channels=channels)
-        self.width = self._ev.dim  # channels this module produces: dim, or its shard
-        self.cached_length = check_int("cached_length", cached_length)
-        dtype = dtype or torch.get_default_dtype()
-        self.register_buffer(
-            "cache", torch.empty(0, self.width, device=device, dtype=dtype), persistent=False
-        )
-        self._cache_dtype = dtype
-        self._register_load_state_dict_pre_hook(_drop_saved_tables)
+        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.preset, self.channels))
+        self.width = self._plan.dim
+        self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
         self.reset_parameters()
 
+    @property
+    def cache(self) -> Tensor:
+        """The kept table ``[cached_length, width]``, in the module's dtype and device."""
+        return self._table
+
     def reset_parameters(self) -> None:
-        """(Re)build the cache of the first ``cached_length`` rows on the buffers' device."""
-        device, dtype = self.cache.device, self.cache.dtype
-        self._cache_dtype = dtype
-        if device.type == "meta":
-            self.cache = torch.empty(self.cached_length, self.width, device=device, dtype=dtype)
-            return
-        self.cache = _api.table(
-            self.cached_length,
-            self.dim,
-            preset=self.preset,
-            dtype=dtype,
-            device=device,
-            channels=self.channels,
-            **self.options,
+        """(Re)build the table of the first ``cached_length`` rows."""
+        self._table = self._computed(
+            torch.arange(self.cached_length, device=self._device), self._dtype
         )
 
-    def _usable(self, length: int, x_dtype: torch.dtype, device: torch.device) -> bool:
+    def _moved(self) -> None:
+        self.reset_parameters()
+
+    def _computed(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
+        pos = as_positions(positions)
+        return _api.evaluate_points(
+            self._plan, pos, coords=False, dtype=dtype, padding_idx=self.enc.padding_idx
+        )
+
+    def _usable(self, length: int, dtype: torch.dtype, device: torch.device) -> bool:
         if torch.compiler.is_exporting():  # first: a size test would specialise the export
             return False
-        c = self.cache
-        return (
-            c.dtype == x_dtype == self._cache_dtype and c.device == device and length <= c.shape[0]
-        )
+        return dtype == self._dtype and device == self._device and length <= self.cached_length
 
     def _rows(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        """Rows for explicit positions. Eager integer positions go through the core, whose
-        numbers depend on each position alone, so shards and the cache agree bit for bit;
-        traced code evaluates the same float64 formula with torch ops (within one ulp)."""
-        tracing = torch.compiler.is_compiling() or torch.compiler.is_exporting()
-        if not tracing and not positions.is_floating_point():
+        """Rows for explicit positions: eager integer positions inside the table are
+        gathered from it (the same bits: the table is the core's); others are computed."""
+        if not _tracing() and not positions.is_meta:
+            pos = as_positions(positions)
             if (
-                self._usable(0, dtype, positions.device)
+                pos.integral
+                and self._usable(0, dtype, positions.device)
                 and positions.numel()
-                and int(positions.min()) >= 0
-                and int(positions.max()) < self.cache.shape[0]
+                and pos.low is not None
+                and pos.high is not None
+                and pos.low >= 0
+                and pos.high < self.cached_length
             ):
-                return self.cache[positions]  # the same bits: the cache is the core's table
-            return _api.encode(
-                positions,
-                self.dim,
-                preset=self.preset,
-                dtype=dtype,
-                channels=self.channels,
-                **self.options,
-            )
-        out = self._ev.points(positions.unsqueeze(-1), dtype)
-        if self.enc.padding_idx is not None:
-            out = out.masked_fill((positions == self.enc.padding_idx).unsqueeze(-1), 0)
-        return out
+                return self._table[pos.values]
+            positions = pos.values
+        return self._computed(positions, dtype)
 
     def extra_repr(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
@@ -336,7 +289,7 @@ class PositionalEncoding(_Cached):
             raise PosencError(f"`dropout` must be in [0, 1), got {dropout!r}")
         self.dropout = nn.Dropout(p)
         self.input_scale = check_real("input_scale", input_scale)
-        self.batch_first = bool(batch_first)
+        self.batch_first = check_bool("batch_first", batch_first)
 
     def forward(
         self,
@@ -381,15 +334,21 @@ class PositionalEncoding(_Cached):
                 )
             pe = self._rows(positions.to(x.device), x.dtype)
         elif isinstance(offset, Tensor):
-            if offset.shape not in ((batch,), ()) or offset.is_floating_point():
+            if (
+                offset.shape not in ((batch,), ())
+                or offset.is_floating_point()
+                or offset.is_complex()
+                or offset.dtype == torch.bool
+            ):
                 raise PosencError(
                     f"`offset` must be an int or an integer tensor [batch] = [{batch}], got "
                     f"{offset.dtype} of shape {tuple(offset.shape)}"
                 )
-            if not torch.compiler.is_compiling() and bool((offset < 0).any()):
-                raise PosencError(f"`offset` must be >= 0, got {offset.tolist()}")
+            given = as_positions(offset, "offset")
+            if given.low is not None and given.low < 0:
+                raise PosencError(f"`offset` must be >= 0, got {_short(offset.tolist())}")
             steps = torch.arange(length, device=x.device)
-            pe = self._rows(offset.to(x.device).reshape(-1, 1) + steps, x.dtype)
+            pe = self._rows(given.values.to(x.device).reshape(-1, 1) + steps, x.dtype)
         else:
             start = 0 if offset is None else check_int("offset", offset)
             if self._usable(start + length, x.dtype, x.device):
@@ -413,10 +372,6 @@ class PositionalEncoding(_Cached):
         if x.shape[-1] != self.width:
             raise PosencError(f"`x` must have {self.width} channels, got {x.shape[-1]}")
         total = x.shape[-2]
-        if not torch.compiler.is_compiling() and int(cu_seqlens[-1]) != total:
-            raise PosencError(
-                f"`cu_seqlens` must end at the number of tokens {total}, got {int(cu_seqlens[-1])}"
-            )
         pe = self._rows(packed_positions(cu_seqlens.to(x.device), total), x.dtype)
         return pe if x.ndim == 2 else pe.unsqueeze(0)
 
@@ -456,14 +411,16 @@ class SinusoidalEmbedding(_Cached):
         **options: Any,
     ) -> None:
         super().__init__(dim, preset, cached_length, device, dtype, options, channels)
-        self.from_tokens = bool(from_tokens)
+        self.from_tokens = check_bool("from_tokens", from_tokens)
         if self.from_tokens and self.enc.padding_idx is None:
             raise PosencError("`from_tokens=True` needs `padding_idx` (fairseq's positions)")
 
     def forward(self, input: Tensor, *, step: int | None = None) -> Tensor:
         if input.is_floating_point() or input.is_complex() or input.dtype == torch.bool:
             raise PosencError(f"`input` must hold integer ids, got {input.dtype}")
-        dtype = self.cache.dtype
+        if input.dtype != torch.int64:
+            input = as_positions(input, "input").values
+        dtype = self._dtype
         if self.from_tokens:
             pad = self.enc.padding_idx
             assert pad is not None
@@ -483,7 +440,7 @@ class SinusoidalEmbedding(_Cached):
         return self._rows(pos, dtype)
 
 
-class GridEncoding(nn.Module):
+class GridEncoding(_Module):
     """Adds a grid encoding to ViT tokens, for any grid size per call.
 
     Args:
@@ -491,7 +448,7 @@ class GridEncoding(nn.Module):
         preset: ``mae`` (default), ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``, ``hf-2d``,
             ``detr``, or an N-D one (``t2t-nd``, ``tatp22``).
         channels: ``slice(start, stop)``: only these channels (tensor parallelism).
-        device, dtype: of the (empty) probe buffer whose dtype is the default output dtype.
+        device, dtype: the default device and dtype of the output (they follow ``.to()``).
         num_prefix_tokens: leading all-zero rows for class and register tokens (timm's name),
             whatever the preset's own option says.
         **options: the preset's options (``cls_token``, ``extra_tokens``, ``reverse_coord``, …);
@@ -506,8 +463,6 @@ class GridEncoding(nn.Module):
         >>> tokens = enc(tokens, (14, 14))                  # [b, 197, 768]
     """
 
-    probe: Tensor
-
     def __init__(
         self,
         dim: int,
@@ -519,31 +474,21 @@ class GridEncoding(nn.Module):
         dtype: Any = None,
         **options: Any,
     ) -> None:
-        super().__init__()
-        p = get_preset(preset)
+        super().__init__(preset, options, grid=True, device=device, dtype=dtype)
         self.dim = check_int("dim", dim, minimum=1)
         self.channels = check_channels(channels, self.dim)
         self.width = self.dim if self.channels is None else len(range(self.dim)[self.channels])
-        self.preset = p.name
-        self.options = dict(options)
-        self.enc = p.resolve(options, grid=True)
         self._core_extra = self.enc.extra_tokens  # zero rows posenc.grid leads with
+        self.extra = self._core_extra
         if num_prefix_tokens is not None:
-            extra = check_int("num_prefix_tokens", num_prefix_tokens)
-            self.enc = self.enc.replace(extra_tokens=extra)
-        self._plans: dict[int, _Evaluator] = {}
-        if self.enc.ndim is not None:
-            self._evaluator(self.enc.ndim)  # refuse a bad width now, not in forward
-        self.register_buffer(
-            "probe",
-            torch.empty(0, device=device, dtype=dtype or torch.get_default_dtype()),
-            persistent=False,
-        )
-        self._register_load_state_dict_pre_hook(_drop_saved_tables)
+            self.extra = check_int("num_prefix_tokens", num_prefix_tokens)
+        self._plans: dict[int, Plan] = {}
+        if self.enc.ndim is not None:  # refuse a bad width now, not in forward
+            self._plan_for(self.enc.ndim)
 
-    def _evaluator(self, ndim: int) -> _Evaluator:
+    def _plan_for(self, ndim: int) -> Plan:
         if ndim not in self._plans:
-            self._plans[ndim] = _Evaluator(
+            self._plans[ndim] = _traceable(
                 channel_plan(self.enc, self.dim, ndim, self.preset, self.channels)
             )
         return self._plans[ndim]
@@ -553,46 +498,30 @@ class GridEncoding(nn.Module):
     ) -> Tensor:
         """``[extra + prod(grid), d]``: the rows ``forward`` adds."""
         dims = grid_shape(tuple(grid), self.enc.ndim)
-        enc = self.enc
-        device = torch.device(self.probe.device if device is None else device)
-        dtype = dtype or self.probe.dtype
-        tracing = torch.compiler.is_compiling() or torch.compiler.is_exporting()
-        if not tracing and device.type != "meta":  # eager: the core, bit for bit posenc.grid
-            full = _api.grid(
-                dims,
-                self.dim,
-                preset=self.preset,
-                dtype=dtype,
-                device=device,
-                channels=self.channels,
-                **self.options,
-            )
-            return self._lead(full[self._core_extra :])
-        ev = self._evaluator(len(dims))
-        axes = [
-            torch.arange(prog.length, dtype=torch.float64, device=device) * prog.step + prog.start
-            for prog in grid_axes(enc, dims)
-        ]
-        order = list(range(len(dims)))
-        if enc.tokens == "column-major":
-            order.reverse()
-        body = ev.grid(axes, order, dtype).reshape(-1, self.width)
-        return self._lead(body)
+        full = _api.evaluate_grid(
+            self._plan_for(len(dims)),
+            self.enc,
+            dims,
+            dtype=dtype or self._dtype,
+            device=self._device if device is None else device,
+            like=None,
+        )
+        return self._lead(full[self._core_extra :])
 
     def _lead(self, body: Tensor) -> Tensor:
-        if not self.enc.extra_tokens:
+        if not self.extra:
             return body
-        zeros = body.new_zeros(self.enc.extra_tokens, self.width)
+        zeros = body.new_zeros(self.extra, self.width)
         return torch.cat((zeros, body), dim=0)
 
     def forward(self, x: Tensor, grid: tuple[int, ...]) -> Tensor:
         if x.ndim != 3 or x.shape[-1] != self.width:
             raise PosencError(f"`x` must be [batch, tokens, {self.width}], got {tuple(x.shape)}")
-        want = self.enc.extra_tokens + math.prod(grid)
+        want = self.extra + math.prod(grid)
         if x.shape[1] != want:
             raise PosencError(
                 f"`x` must have {want} tokens for grid {tuple(grid)} "
-                f"({self.enc.extra_tokens} extra), got {x.shape[1]}"
+                f"({self.extra} extra), got {x.shape[1]}"
             )
         return x + self.encoding(grid, dtype=x.dtype, device=x.device)
 
@@ -601,7 +530,7 @@ class GridEncoding(nn.Module):
         return f"{self.dim}, preset={self.preset!r}{opts}"
 
 
-class DetrSineEncoding(nn.Module):
+class DetrSineEncoding(_Module):
     """DETR's ``PositionEmbeddingSine``, reproduced exactly, from a padding mask.
 
     Args:
@@ -615,8 +544,6 @@ class DetrSineEncoding(nn.Module):
         - output: ``[b, 2 * num_pos_feats, H, W]``: ``[y block | x block]``.
     """
 
-    probe: Tensor
-
     def __init__(
         self,
         num_pos_feats: int = 64,
@@ -627,33 +554,17 @@ class DetrSineEncoding(nn.Module):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        super().__init__()
-        self.num_pos_feats = check_int("num_pos_feats", num_pos_feats, minimum=1)
         opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
         if scale is not None:
             opts["scale"] = scale
-        self.options = opts
-        self.enc, self._ev = _resolve("detr", 2 * self.num_pos_feats, 2, opts, grid=True)
-        self.register_buffer(
-            "probe",
-            torch.empty(0, device=device, dtype=dtype or torch.get_default_dtype()),
-            persistent=False,
+        super().__init__("detr", opts, grid=True, device=device, dtype=dtype)
+        self.num_pos_feats = check_int("num_pos_feats", num_pos_feats, minimum=1)
+        self._plan = _traceable(
+            channel_plan(self.enc, 2 * self.num_pos_feats, 2, self.preset, None)
         )
 
     def forward(self, mask: Tensor) -> Tensor:
-        if mask.dtype != torch.bool or mask.ndim != 3:
-            raise PosencError(
-                f"`mask` must be a [batch, H, W] bool tensor, got {mask.dtype} of shape "
-                f"{tuple(mask.shape)}"
-            )
-        filled = (~mask).to(torch.float64)
-        y = filled.cumsum(1)
-        x = filled.cumsum(2)
-        if self.enc.normalize:
-            y = y / (y[:, -1:, :] + 1e-6)
-            x = x / (x[:, :, -1:] + 1e-6)
-        out = self._ev.points(torch.stack((y, x), dim=-1), self.probe.dtype)
-        return out.permute(0, 3, 1, 2)
+        return _api.evaluate_detr(self._plan, self.enc, mask, dtype=self._dtype)
 
     def extra_repr(self) -> str:
         return f"num_pos_feats={self.num_pos_feats}, " + ", ".join(
@@ -661,7 +572,7 @@ class DetrSineEncoding(nn.Module):
         )
 
 
-class Timesteps(nn.Module):
+class Timesteps(_Module):
     """The diffusion timestep embedding (diffusers ``Timesteps`` / ``get_timestep_embedding``).
 
     Args:
@@ -676,8 +587,6 @@ class Timesteps(nn.Module):
         - output: ``[*, dim]`` in the module's dtype (float32 unless moved).
     """
 
-    probe: Tensor
-
     def __init__(
         self,
         dim: int,
@@ -689,25 +598,21 @@ class Timesteps(nn.Module):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        super().__init__()
-        self.dim = check_int("dim", dim, minimum=1)
-        self.options = {
+        options = {
             "flip_sin_to_cos": flip_sin_to_cos,
             "downscale_freq_shift": downscale_freq_shift,
             "scale": scale,
             "max_period": max_period,
         }
-        self.enc, self._ev = _resolve("timestep", dim, 1, self.options, grid=False)
-        self.register_buffer(
-            "probe",
-            torch.empty(0, device=device, dtype=dtype or torch.get_default_dtype()),
-            persistent=False,
-        )
+        super().__init__("timestep", options, grid=False, device=device, dtype=dtype)
+        self.dim = check_int("dim", dim, minimum=1)
+        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.preset, None))
 
     def forward(self, timesteps: Tensor) -> Tensor:
-        if timesteps.is_complex() or timesteps.dtype == torch.bool:
-            raise PosencError(f"`timesteps` must be integer or real, got {timesteps.dtype}")
-        return self._ev.points(timesteps.unsqueeze(-1), self.probe.dtype)
+        pos = as_positions(timesteps, "timesteps")
+        return _api.evaluate_points(
+            self._plan, pos, coords=False, dtype=self._dtype, padding_idx=None
+        )
 
     def extra_repr(self) -> str:
         return f"{self.dim}, " + ", ".join(f"{k}={v!r}" for k, v in self.options.items())

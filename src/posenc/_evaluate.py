@@ -1,0 +1,237 @@
+"""The one place that chooses how a request is evaluated.
+
+:func:`evaluator` looks at the request's library, device, dtype and whether it is traced, and
+returns one of three evaluators with the same two methods (``grid`` for tables and grids,
+``points`` for position arrays):
+
+- :class:`Engine`: NumPy, and eager PyTorch on a real device: the fast exact engine
+  (:mod:`posenc._engine`);
+- :class:`Direct`: the float64 formula in plain array operations (:mod:`posenc._direct`):
+  traced torch code (compile, export, ONNX), meta tensors (meta in, meta out), JAX with x64,
+  any other Array API library;
+- :class:`Host`: JAX with x64 off, whose devices have no float64: the NumPy engine on the
+  host, through ``jax.pure_callback`` (traced positions too), bit for bit the NumPy path.
+
+Every evaluator checks the output size against the memory that must hold it before
+allocating (:func:`posenc._validate.check_size`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import _direct
+from ._backends import (
+    ArrayApiOps,
+    Backend,
+    NumpyBackend,
+    TorchBackend,
+    TorchOps,
+    _itemsize,
+    array_namespace,
+    backend_for,
+    is_torch,
+)
+from ._engine import fill_grid, fill_points
+from ._layout import Plan
+from ._positions import Progression
+from ._validate import PosencError, check_size
+
+
+class Engine:
+    """The exact engine on a NumPy or torch backend."""
+
+    def __init__(self, bk: Backend) -> None:
+        self.bk = bk
+        self.dtype = bk.dtype
+
+    @property
+    def largest(self) -> float:
+        return _largest(self.dtype)
+
+    def grid(
+        self,
+        plan: Plan,
+        axes: list[Progression],
+        order: list[int],
+        extra: int = 0,
+        padding_idx: int | None = None,
+    ) -> Any:
+        """``[extra + prod(lengths), dim]``: ``extra`` zero rows, then the grid's cells with
+        axis ``order[0]`` outermost."""
+        dims = [p.length for p in axes]
+        cells = math.prod(dims)
+        check_size("the output", (extra + cells, plan.dim), _itemsize(self.dtype), _dev(self.bk))
+        out = self.bk.empty((extra + cells, plan.dim))
+        out[:extra] = 0
+        view = out[extra:].reshape(*[dims[a] for a in order], plan.dim)
+        fill_grid(self.bk, view, plan, axes, [order.index(a) for a in range(len(axes))])
+        if padding_idx is not None and len(axes) == 1:
+            row = (padding_idx - axes[0].start) / axes[0].step
+            if row == int(row) and 0 <= row < cells:
+                out[extra + int(row)] = 0
+        return out
+
+    def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
+        """``[N, k]`` positions -> ``[N, dim]``."""
+        check_size("the output", (x.shape[0], plan.dim), _itemsize(self.dtype), _dev(self.bk))
+        out = self.bk.empty((x.shape[0], plan.dim))
+        fill_points(self.bk, out, plan, x, integral)
+        if padding_idx is not None:
+            out[x[:, 0] == padding_idx] = 0
+        return out
+
+
+class Direct:
+    """The direct formula in the caller's library (``like`` gives the device)."""
+
+    def __init__(self, ops: Any, dtype: Any, like: Any) -> None:
+        self.ops = ops
+        self.dtype = dtype
+        self.like = like
+
+    @property
+    def largest(self) -> float:
+        return _largest(self.dtype)
+
+    def grid(
+        self,
+        plan: Plan,
+        axes: list[Any],
+        order: list[int],
+        extra: int = 0,
+        padding_idx: int | None = None,
+    ) -> Any:
+        """As :meth:`Engine.grid`; ``axes`` are Progressions or float64 arrays of positions."""
+        ops = self.ops
+        values = [
+            ops.arange(a.length, self.like) * a.step + a.start if isinstance(a, Progression) else a
+            for a in axes
+        ]
+        body = ops.reshape(_direct.grid(ops, values, order, plan, self.dtype), (-1, plan.dim))
+        if padding_idx is not None and len(values) == 1:
+            pad = ops.reshape(values[0] == float(padding_idx), (-1, 1))
+            body = ops.where(pad, body * 0, body)
+        if not extra:
+            return body
+        return ops.concat([ops.zeros((extra, plan.dim), self.dtype, self.like), body], axis=0)
+
+    def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
+        return _direct.points(self.ops, x, plan, self.dtype, padding_idx)
+
+
+class Host:
+    """JAX without x64: the NumPy engine on the host; results come back as JAX arrays."""
+
+    def __init__(self, dtype: Any) -> None:
+        import jax.numpy as jnp
+
+        self.jnp = jnp
+        self.dtype = np.dtype(_jax_dtype(jnp, dtype))
+        self.engine = Engine(NumpyBackend(self.dtype))
+
+    @property
+    def largest(self) -> float:
+        return _largest(self.dtype)
+
+    def grid(self, *args: Any, **kwargs: Any) -> Any:
+        return self.jnp.asarray(self.engine.grid(*args, **kwargs))
+
+    def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
+        import jax
+
+        def host(q: Any) -> np.ndarray:
+            q = np.asarray(q)
+            flat = q.reshape(-1, q.shape[-1])
+            out = self.engine.points(plan, flat.astype(np.int64) if integral else flat, integral)
+            if padding_idx is not None:
+                out[flat[:, 0] == padding_idx] = 0
+            return np.asarray(out).reshape(*q.shape[:-1], plan.dim)
+
+        spec = jax.ShapeDtypeStruct((*x.shape[:-1], plan.dim), self.dtype)
+        return jax.pure_callback(host, spec, x, vmap_method="expand_dims")
+
+
+Evaluator = Engine | Direct | Host
+
+
+def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Evaluator:
+    """How to evaluate a request whose result follows ``like`` (the positions, or the
+    ``like=`` argument), in ``dtype`` on ``device``.
+
+    NumPy (or nothing): the engine. torch: the engine when eager on a real device, the direct
+    formula when traced or on meta. JAX: on the host without x64, else direct. Any other Array
+    API library: direct.
+    """
+    xp = array_namespace(like)
+    if xp is not None:
+        if device is not None:
+            raise PosencError("`device` applies to torch output only; the result follows `like`")
+        if _is_jax(like) and not _x64():
+            return Host(dtype)
+        ops = ArrayApiOps(xp)
+        return Direct(ops, _namespace_dtype(xp, dtype), like)
+    bk = backend_for(dtype, device, like=like)
+    if isinstance(bk, TorchBackend):
+        torch = bk.torch
+        traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        if traced or bk.device.type == "meta":
+            probe = like if is_torch(like) else torch.empty(0, device=bk.device)
+            return Direct(TorchOps(), bk.dtype, probe)
+    return Engine(bk)
+
+
+def _is_jax(x: Any) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
+def _x64() -> bool:
+    jax = sys.modules.get("jax")
+    return bool(jax is not None and jax.config.jax_enable_x64)
+
+
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def _dtype_name(dtype: Any) -> str:
+    if dtype is None:
+        return "float32"
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        name = getattr(dtype, "name", None) or str(dtype)
+        return str(name).rsplit(".", 1)[-1]
+
+
+def _namespace_dtype(xp: Any, dtype: Any) -> Any:
+    """The namespace's float dtype for ``dtype`` (default float32)."""
+    name = _dtype_name(dtype)
+    if name not in _FLOATS or not hasattr(xp, name):
+        raise PosencError(
+            f"`dtype` must be a float dtype of {xp.__name__} (float32, float64"
+            f"{', float16, bfloat16' if hasattr(xp, 'bfloat16') else ''}), got {dtype!r}"
+        )
+    return getattr(xp, name)
+
+
+def _jax_dtype(jnp: Any, dtype: Any) -> Any:
+    return _namespace_dtype(jnp, dtype)
+
+
+_LARGEST = {2: 65504.0, 4: float(np.finfo(np.float32).max), 8: float(np.finfo(np.float64).max)}
+
+
+def _largest(dtype: Any) -> float:
+    """The largest finite value of a float dtype of any library."""
+    if "bfloat16" in str(dtype):
+        return _LARGEST[4] * (1 - 2.0**-8)
+    return _LARGEST[_itemsize(dtype)]
+
+
+def _dev(bk: Backend) -> Any:
+    return getattr(bk, "device", None)
