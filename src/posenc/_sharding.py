@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._backends import is_torch
-from ._validate import PosencError, check_int
+from ._validate import MAX_POSITION, PosencError, check_int
 
 Layout = Literal["contiguous", "zigzag"]
 
@@ -83,11 +83,18 @@ def context_parallel_positions(
         [0, 1, 6, 7]
     """
     r, w = _rank(rank, world_size)
-    offset = check_int("offset", offset, minimum=None)
+    limit = int(MAX_POSITION)
+    offset = check_int("offset", offset, minimum=-limit, maximum=limit)
     if cu_seqlens is None:
         if seq_len is None:
             raise PosencError("give `seq_len` or `cu_seqlens`")
-        positions = _split(check_int("seq_len", seq_len), r, w, layout, "`seq_len`")
+        seq_len = check_int("seq_len", seq_len, maximum=limit)
+        if offset + seq_len > limit:
+            raise PosencError(
+                f"`offset` + `seq_len` must be <= 2^53 ({limit}), where every position is a "
+                f"float64, got {offset} + {seq_len}"
+            )
+        positions = _split(seq_len, r, w, layout, "`seq_len`")
         return positions.astype(np.int64) + offset
     cu = np.asarray(cu_seqlens.cpu() if is_torch(cu_seqlens) else cu_seqlens)
     if (
@@ -102,6 +109,10 @@ def context_parallel_positions(
         )
     if seq_len is not None and seq_len != int(cu[-1]):
         raise PosencError(f"`seq_len` must equal cu_seqlens[-1] = {int(cu[-1])}, got {seq_len}")
+    if int(cu[-1]) + offset > limit:
+        raise PosencError(
+            f"`offset` + cu_seqlens[-1] must be <= 2^53 ({limit}), got {offset} + {int(cu[-1])}"
+        )
     lengths = np.diff(cu)
     within = np.concatenate([np.arange(n) for n in lengths]) if len(lengths) else np.empty(0)
     if layout == "contiguous":
