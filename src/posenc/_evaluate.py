@@ -39,19 +39,25 @@ from ._backends import (
 from ._engine import fill_grid, fill_points
 from ._layout import Plan
 from ._positions import Progression
-from ._validate import PosencError, check_size
+from ._validate import PosencError, check_size, tracing
 
 
-class Engine:
+class _Output:
+    """What every evaluator knows of its output: the dtype, and its largest finite value."""
+
+    dtype: Any
+
+    @property
+    def largest(self) -> float:
+        return _largest(self.dtype)
+
+
+class Engine(_Output):
     """The exact engine on a NumPy or torch backend."""
 
     def __init__(self, bk: Backend) -> None:
         self.bk = bk
         self.dtype = bk.dtype
-
-    @property
-    def largest(self) -> float:
-        return _largest(self.dtype)
 
     def grid(
         self,
@@ -86,17 +92,13 @@ class Engine:
         return out
 
 
-class Direct:
+class Direct(_Output):
     """The direct formula in the caller's library (``like`` gives the device)."""
 
     def __init__(self, ops: Any, dtype: Any, like: Any) -> None:
         self.ops = ops
         self.dtype = dtype
         self.like = like
-
-    @property
-    def largest(self) -> float:
-        return _largest(self.dtype)
 
     def grid(
         self,
@@ -124,19 +126,15 @@ class Direct:
         return _direct.points(self.ops, x, plan, self.dtype, padding_idx)
 
 
-class Host:
+class Host(_Output):
     """JAX without x64: the NumPy engine on the host; results come back as JAX arrays."""
 
     def __init__(self, dtype: Any) -> None:
         import jax.numpy as jnp
 
         self.jnp = jnp
-        self.dtype = np.dtype(_jax_dtype(jnp, dtype))
+        self.dtype = np.dtype(_namespace_dtype(jnp, dtype))
         self.engine = Engine(NumpyBackend(self.dtype))
-
-    @property
-    def largest(self) -> float:
-        return _largest(self.dtype)
 
     def grid(self, *args: Any, **kwargs: Any) -> Any:
         return self.jnp.asarray(self.engine.grid(*args, **kwargs))
@@ -147,9 +145,9 @@ class Host:
         def host(q: Any) -> np.ndarray:
             q = np.asarray(q)
             flat = q.reshape(-1, q.shape[-1])
-            out = self.engine.points(plan, flat.astype(np.int64) if integral else flat, integral)
-            if padding_idx is not None:
-                out[flat[:, 0] == padding_idx] = 0
+            out = self.engine.points(
+                plan, flat.astype(np.int64) if integral else flat, integral, padding_idx
+            )
             return np.asarray(out).reshape(*q.shape[:-1], plan.dim)
 
         spec = jax.ShapeDtypeStruct((*x.shape[:-1], plan.dim), self.dtype)
@@ -176,12 +174,9 @@ def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Eva
         ops = ArrayApiOps(xp)
         return Direct(ops, _namespace_dtype(xp, dtype), like)
     bk = backend_for(dtype, device, like=like)
-    if isinstance(bk, TorchBackend):
-        torch = bk.torch
-        traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
-        if traced or bk.device.type == "meta":
-            probe = like if is_torch(like) else torch.empty(0, device=bk.device)
-            return Direct(TorchOps(), bk.dtype, probe)
+    if isinstance(bk, TorchBackend) and (tracing() or bk.device.type == "meta"):
+        probe = like if is_torch(like) else bk.torch.empty(0, device=bk.device)
+        return Direct(TorchOps(), bk.dtype, probe)
     return Engine(bk)
 
 
@@ -217,10 +212,6 @@ def _namespace_dtype(xp: Any, dtype: Any) -> Any:
             f"{', float16, bfloat16' if hasattr(xp, 'bfloat16') else ''}), got {dtype!r}"
         )
     return getattr(xp, name)
-
-
-def _jax_dtype(jnp: Any, dtype: Any) -> Any:
-    return _namespace_dtype(jnp, dtype)
 
 
 _LARGEST = {2: 65504.0, 4: float(np.finfo(np.float32).max), 8: float(np.finfo(np.float64).max)}

@@ -104,13 +104,12 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
 
 
 def memory_limit(device: Any = None) -> int:
-    """Bytes a call may allocate for its output: the memory of the device that holds it."""
-    if device is not None and getattr(device, "type", "cpu") not in ("cpu", "meta"):
-        torch = sys.modules.get("torch")
-        if device.type == "cuda" and torch is not None:
-            return int(torch.cuda.mem_get_info(device)[1])
-        return 1 << 62
-    if device is not None and device.type == "meta":
+    """Bytes a call may allocate for its output: the memory of the device that holds it
+    (no limit known for meta and devices other than the CPU and CUDA)."""
+    kind = getattr(device, "type", "cpu")
+    if kind == "cuda":
+        return int(sys.modules["torch"].cuda.mem_get_info(device)[1])
+    if kind != "cpu":
         return 1 << 62
     try:
         return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
@@ -251,7 +250,7 @@ def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
     if t.is_complex() or t.dtype == torch.bool:
         raise PosencError(f"`{name}` must hold integers or real numbers, got {t.dtype}")
     integral = not t.is_floating_point()
-    if t.is_meta or _tracing(torch):
+    if t.is_meta or tracing():
         if integral and t.dtype != torch.int64:
             t = t.to(torch.int64)
         return Positions(t, integral, None, None)
@@ -278,7 +277,9 @@ def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
     return _checked(name, t, False, low, high)
 
 
-def _tracing(torch: Any) -> bool:
+def tracing() -> bool:
+    """Inside ``torch.compile`` or ``torch.export`` (where values cannot be read)."""
+    torch = _torch()
     compiler = getattr(torch, "compiler", None)
     return bool(compiler is not None and (compiler.is_compiling() or compiler.is_exporting()))
 

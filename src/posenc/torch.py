@@ -29,7 +29,16 @@ from . import _api
 from ._layout import Plan, channel_plan, check_channels
 from ._positions import grid_shape
 from ._presets import get_preset
-from ._validate import PosencError, as_positions, check_bool, check_int, check_real
+from ._validate import (
+    PosencError,
+    Positions,
+    as_positions,
+    check_bool,
+    check_device,
+    check_int,
+    check_real,
+    tracing,
+)
 
 __all__ = [
     "DetrSineEncoding",
@@ -42,10 +51,6 @@ __all__ = [
 ]
 
 _IGNORED_KEYS = ("pe", "weights", "_float_tensor", "pos_embed", "positional_embedding")
-
-
-def _tracing() -> bool:
-    return bool(torch.compiler.is_compiling() or torch.compiler.is_exporting())
 
 
 def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
@@ -79,7 +84,7 @@ def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
     cu = as_positions(cu_seqlens, "cu_seqlens").values
     if total is not None:
         total = check_int("total", total)
-    if not _tracing() and not cu.is_meta:
+    if not tracing() and not cu.is_meta:
         first, last = int(cu[0]), int(cu[-1])
         if first != 0 or bool((cu[1:] < cu[:-1]).any()) or (total is not None and last != total):
             end = "" if total is None else f" and end at the number of tokens {total}"
@@ -151,8 +156,6 @@ def _traceable(plan: Plan) -> Plan:
 
 
 def _api_device(device: Any) -> torch.device:
-    from ._validate import check_device
-
     return check_device(torch, "cpu" if device is None else device)
 
 
@@ -189,15 +192,13 @@ class _Cached(_Module):
 
     def reset_parameters(self) -> None:
         """(Re)build the table of the first ``cached_length`` rows."""
-        self._table = self._computed(
-            torch.arange(self.cached_length, device=self._device), self._dtype
-        )
+        positions = torch.arange(self.cached_length, device=self._device)
+        self._table = self._computed(as_positions(positions), self._dtype)
 
     def _moved(self) -> None:
         self.reset_parameters()
 
-    def _computed(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        pos = as_positions(positions)
+    def _computed(self, pos: Positions, dtype: torch.dtype) -> Tensor:
         return _api.evaluate_points(
             self._plan, pos, coords=False, dtype=dtype, padding_idx=self.enc.padding_idx
         )
@@ -207,23 +208,22 @@ class _Cached(_Module):
             return False
         return dtype == self._dtype and device == self._device and length <= self.cached_length
 
-    def _rows(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        """Rows for explicit positions: eager integer positions inside the table are
-        gathered from it (the same bits: the table is the core's); others are computed."""
-        if not _tracing() and not positions.is_meta:
-            pos = as_positions(positions)
-            if (
-                pos.integral
-                and self._usable(0, dtype, positions.device)
-                and positions.numel()
-                and pos.low is not None
-                and pos.high is not None
-                and pos.low >= 0
-                and pos.high < self.cached_length
-            ):
-                return self._table[pos.values]
-            positions = pos.values
-        return self._computed(positions, dtype)
+    def _rows(self, positions: Tensor | Positions, dtype: torch.dtype) -> Tensor:
+        """Rows for explicit positions (checked once): eager integer positions inside the
+        table are gathered from it (the same bits: the table is the core's); others are
+        computed. Traced and meta positions have no known bounds, so they are computed."""
+        pos = positions if isinstance(positions, Positions) else as_positions(positions)
+        if (
+            pos.integral
+            and pos.low is not None
+            and pos.high is not None
+            and pos.low >= 0
+            and pos.high < self.cached_length
+            and pos.values.numel()
+            and self._usable(0, dtype, pos.values.device)
+        ):
+            return self._table[pos.values]
+        return self._computed(pos, dtype)
 
     def extra_repr(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
@@ -348,7 +348,10 @@ class PositionalEncoding(_Cached):
             if given.low is not None and given.low < 0:
                 raise PosencError(f"`offset` must be >= 0, got {_short(offset.tolist())}")
             steps = torch.arange(length, device=x.device)
-            pe = self._rows(given.values.to(x.device).reshape(-1, 1) + steps, x.dtype)
+            rows = given.values.to(x.device).reshape(-1, 1) + steps
+            if given.low is not None and given.high is not None:  # bounds known: no 2nd pass
+                rows = Positions(rows, True, given.low, given.high + length - 1)
+            pe = self._rows(rows, x.dtype)
         else:
             start = 0 if offset is None else check_int("offset", offset)
             if self._usable(start + length, x.dtype, x.device):
