@@ -17,7 +17,7 @@ from tests import reference as ref
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "posenc.cli", *args],
+        [sys.executable, "-m", "posenc", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -37,7 +37,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: st
 
 def test_help_is_light():
     code = (
-        "import sys, posenc.cli; print(sorted(m for m in ('torch', 'matplotlib', "
+        "import sys, posenc.app.cli; print(sorted(m for m in ('torch', 'matplotlib', "
         "'safetensors') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -180,7 +180,7 @@ def test_ctrl_c_leaves_no_partial_file(tmp_path):
         [
             sys.executable,
             "-m",
-            "posenc.cli",
+            "posenc",
             "table",
             "vaswani",
             "--length",
@@ -200,7 +200,7 @@ def test_ctrl_c_leaves_no_partial_file(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert err.strip() == "posenc: interrupted"
+    assert err.strip() == "posenc: interrupted (SIGINT)"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -223,9 +223,9 @@ def test_never_overwrites_without_force(tmp_path):
         (["table", "vaswani", "--set", "bse=3", "-o", "x.npy"], ["`bse`", "'base'"]),
         (["table", "vaswani", "--set", "nokey", "-o", "x.npy"], ["key=value"]),
         (["table", "vaswani", "-o", "x.txt"], ["`--format`", "npy"]),
-        (["table", "vaswani", "--dim", "x", "-o", "x.npy"], ["--dim", "invalid int"]),
+        (["table", "vaswani", "--dim", "x", "-o", "x.npy"], ["--dim", "integer >= 1", "'x'"]),
         (["table", "vaswani"], ["-o/--output"]),
-        (["table", "mae", "--grid", "a,b", "-o", "x.npy"], ["`--grid`", "'a,b'"]),
+        (["table", "mae", "--grid", "a,b", "-o", "x.npy"], ["--grid", "'a,b'"]),
         (["plot", "vaswani", "-o", "x.gif"], ["`--output`", ".png or .svg"]),
         (["plot", "vaswani", "--kind", "patch", "-o", "x.png"], ["--kind patch", "2D"]),
         (["plot", "vaswani", "--dims", "4,999", "-o", "x.png"], ["`--dims`", "999"]),
@@ -364,7 +364,7 @@ def test_identify_needs_name_when_ambiguous(tmp_path):
 
 
 def test_progress_bar_only_on_a_terminal_after_a_second(monkeypatch, capsys):
-    from posenc import cli
+    from posenc.app import cli
 
     clock = iter([0.0, 0.5, 2.0, 3.0])
     monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
@@ -378,3 +378,225 @@ def test_progress_bar_only_on_a_terminal_after_a_second(monkeypatch, capsys):
     assert "50.0%" in err
     assert err.endswith("\n")
     assert math.isclose(err.count("#"), 15)
+
+
+# the command line never shows a traceback: bad files, options that do not apply, signals
+
+
+def _bad_files(tmp: Path) -> dict[str, Path]:
+    """Files `identify` must refuse in one line: garbage, empty, truncated, wrong contents."""
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.numpy")
+    good = posenc.table(20, 16)
+    np.save(tmp / "ok.npy", good)
+    torch.save({"pe": torch.from_numpy(good)}, tmp / "ok.pt")
+    st.save_file({"pe": good}, str(tmp / "ok.safetensors"))
+    np.savez(tmp / "ok.npz", pe=good)
+    files = {}
+    rng = np.random.default_rng(0)
+    for ext in ("npy", "pt", "safetensors", "npz"):
+        data = (tmp / f"ok.{ext}").read_bytes()
+        for kind, body in (
+            ("garbage", rng.bytes(300)),
+            ("empty", b""),
+            ("truncated", data[: len(data) // 2]),
+        ):
+            files[f"{kind}.{ext}"] = tmp / f"{kind}.{ext}"
+            files[f"{kind}.{ext}"].write_bytes(body)
+    np.save(tmp / "complex.npy", good.astype(np.complex64))
+    np.save(tmp / "objects.npy", np.array([object()] * 4), allow_pickle=True)
+    np.save(tmp / "no_rows.npy", np.zeros((0, 16), np.float32))
+    np.save(tmp / "vector.npy", np.zeros(16, np.float32))
+    np.save(tmp / "nan.npy", np.full((4, 8), np.nan, np.float32))
+    torch.save(torch.nn.Linear(2, 2), tmp / "module.pt")
+    torch.save({"pe": torch.from_numpy(good).to(torch.complex64)}, tmp / "complex.pt")
+    torch.save({"pe": torch.ones(4, 8, dtype=torch.bool)}, tmp / "bool.pt")
+    (tmp / "wrong.txt").write_text("1,2\n")
+    (tmp / "dir.npy").mkdir()
+    for name in ("complex.npy", "objects.npy", "no_rows.npy", "vector.npy", "nan.npy"):
+        files[name] = tmp / name
+    for name in ("module.pt", "complex.pt", "bool.pt", "wrong.txt", "dir.npy"):
+        files[name] = tmp / name
+    return files
+
+
+BAD_FILE_MESSAGES = {
+    "truncated.npy": "truncated",
+    "complex.npy": "real numbers",
+    "complex.pt": "real numbers",
+    "bool.pt": "real numbers",
+    "objects.npy": "objects",
+    "no_rows.npy": "empty",
+    "vector.npy": "2-D",
+    "nan.npy": "NaN",
+    "module.pt": "objects other than tensors",
+    "wrong.txt": "FILE must be one of",
+    "dir.npy": "not a regular file",
+}
+
+
+def test_identify_refuses_every_bad_file_in_one_line(tmp_path):
+    files = _bad_files(tmp_path)
+    assert len(files) == 22
+    for name, path in files.items():
+        proc = run("identify", str(path))
+        assert_one_line_error(proc, BAD_FILE_MESSAGES.get(name, path.name))
+
+
+def test_identify_reads_numpy_arrays_inside_pt_and_npz(tmp_path):
+    torch = pytest.importorskip("torch")
+    table = ref.t2t_1d(40, 32, 1.0, 1e4, 0).astype(np.float32)
+    torch.save({"model": {"encoder.pe": table, "w": [np.ones((3, 3))]}}, tmp_path / "n.pt")
+    np.savez(tmp_path / "n.npz", positional=table, bias=np.zeros(8))
+    for name in ("n.pt", "n.npz"):
+        proc = run("identify", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+        assert "'whisper'" in proc.stdout or "'tensor2tensor'" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["table", "mae", "--grid", "0,4"], ["--grid", ">= 1", "'0,4'"]),
+        (["table", "mae", "--offset", "3"], ["`--offset`", "1-D", "grid", "3"]),
+        (["table", "vaswani", "--grid", "4,4", "--offset", "3"], ["`--offset`", "1-D"]),
+        (["table", "mae", "--length", "9"], ["`--length`", "1-D", "--grid", "9"]),
+        (["plot", "vaswani", "--length", "0"], ["--length", ">= 1", "'0'"]),
+        (["plot", "vaswani", "--kind", "heatmap", "--dims", "1"], ["`--dims`", "curves"]),
+        (["plot", "vaswani", "--dims", "a,b"], ["--dims", "'a,b'"]),
+        (["table", "vaswani", "--length", "10**30"], ["--length", "'10**30'"]),
+        (["table", "vaswani", "--length", "1" + "0" * 30], ["--output", "GiB", "free"]),
+        (["table", "vaswani", "--offset", "1e400"], ["`offset`", "finite", "inf"]),
+        (["table", "vaswani", "--offset", "9007199254740993"], ["`offset`", "9.0072e+15"]),
+        (["table", "vaswani", "--set", "base=1e400"], ["`base`", "finite"]),
+        (["table", "vaswani", "--set", "base=1" + "0" * 5000], ["`base`", "real number"]),
+        (["table", "vaswani", "--set", "base=" + "[" * 500], ["`base`", "real number"]),
+        (["table", "vaswani", "--set", "base=1j"], ["`base`", "real number", "1j"]),
+        (["table", "timestep", "--set", "max_period=1e-320"], ["max_period"]),
+        # refused before computing: this table would need 2 TB
+        (["table", "vaswani", "--length", str(10**9), "--dtype", "bfloat16"], ["bfloat16", ".npy"]),
+    ],
+)
+def test_options_are_checked_before_computing(tmp_path, args, fragments):
+    proc = run(*args, "-o", str(tmp_path / ("x.png" if args[0] == "plot" else "x.npy")))
+    assert_one_line_error(proc, *fragments)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_large_offsets_stay_exact(tmp_path):
+    path = tmp_path / "o.npy"
+    offset = 2**24 + 1  # a float32 --offset would round this to 2**24
+    proc = run("table", "vaswani", "--length", "3", "--dim", "8", "--offset", str(offset))
+    proc = run(
+        "table",
+        "vaswani",
+        "--length",
+        "3",
+        "--dim",
+        "8",
+        "--offset",
+        str(offset),
+        "-o",
+        str(path),
+        "--dtype",
+        "float64",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert np.abs(np.load(path) - ref.vaswani(3, 8, offset=offset)).max() < 1e-9
+
+
+def _umask_run(mask: int, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "posenc", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.umask(mask),
+    )
+
+
+@pytest.mark.parametrize("ext", ["npy", "safetensors", "json"])
+def test_new_files_follow_the_umask_and_force_keeps_the_mode(tmp_path, ext):
+    path = tmp_path / f"pe.{ext}"
+    for mask, mode in ((0o022, 0o644), (0o027, 0o640), (0o077, 0o600)):
+        path.unlink(missing_ok=True)
+        proc = _umask_run(mask, "table", "vaswani", "--length", "4", "-o", str(path))
+        assert proc.returncode == 0, proc.stderr
+        assert path.stat().st_mode & 0o777 == mode, (oct(mask), oct(path.stat().st_mode))
+    path.chmod(0o604)
+    proc = _umask_run(0o077, "table", "vaswani", "--length", "4", "-o", str(path), "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert path.stat().st_mode & 0o777 == 0o604
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_signals_remove_the_partial_file(tmp_path, signame):
+    import signal
+    import time
+
+    path = tmp_path / "big.npy"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "posenc",
+            "table",
+            "vaswani",
+            "--length",
+            "3000000",
+            "--dim",
+            "256",
+            "-o",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".big.npy.*")) and time.monotonic() < deadline:
+        time.sleep(0.02)  # wait until the streamed write has begun
+    signum = getattr(signal, signame)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, err
+    assert err.strip() == f"posenc: interrupted ({signame})"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_extra_is_a_failure_not_exit_1(tmp_path):
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; from posenc.app.cli import main; "
+        f"sys.exit(main(['plot', 'vaswani', '-o', {str(tmp_path / 'x.png')!r}]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert_one_line_error(proc, "matplotlib", "pip install 'posenc[plot]'")
+
+
+def test_an_internal_error_is_one_line_exit_2(monkeypatch, capsys):
+    from posenc.app import cli
+
+    def broken(args):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(cli, "cmd_presets", broken)
+    monkeypatch.delenv("POSENC_TRACEBACK", raising=False)
+    assert cli.main(["presets"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "internal error" in err
+    assert "ZeroDivisionError: boom" in err
+    monkeypatch.setenv("POSENC_TRACEBACK", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["presets"])
+
+
+def test_python_m_posenc_is_the_command():
+    proc = subprocess.run(
+        [sys.executable, "-m", "posenc", "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0
+    assert "identify" in proc.stdout

@@ -95,6 +95,17 @@ def test_timestep(d, kw):
     close(posenc.encode(t, d, preset="timestep", **kw, **F64), ref.timestep(t, d, **kw), 1e-9)
 
 
+def test_timestep_encodes_the_t_it_is_given():
+    """The original casts t to float32; posenc encodes float32 t (the original's numbers) and
+    float64 t (not rounded first) each exactly."""
+    t64 = np.array([12345.678, 999.1])
+    t32 = t64.astype(np.float32)
+    close(posenc.encode(t32, 320, preset="timestep", **F64), ref.timestep(t32, 320), 1e-9)
+    got = posenc.encode(t64, 320, preset="timestep", **F64)
+    close(got, ref.timestep(t64, 320), 1e-9)
+    assert np.abs(got - ref.timestep(t32, 320)).max() > 1e-4  # so the two are told apart
+
+
 def test_timestep_narrowest_width_with_paper_spacing():
     t = np.array([0.0, 3.0, 41.5])
     got = posenc.encode(t, 3, preset="timestep", downscale_freq_shift=0, **F64)

@@ -86,7 +86,7 @@ def table(
     enc = p.resolve(options, grid=False)
     length = check_int("length", length)
     offset_f = check_real("offset", offset)
-    pl = channel_plan(enc, dim, 1, p.name, channels)
+    pl = channel_plan(enc, dim, 1, p.label(options), channels)
     if is_torch(like) and device is None:
         device = like.device
     ev = evaluator(like=like, dtype=dtype, device=device)
@@ -155,7 +155,7 @@ def encode(
             f"`positions` must have a last axis of {k} coordinates for preset {p.name!r}, "
             f"got shape {tuple(x.shape)}"
         )
-    pl = channel_plan(enc, dim, k, p.name, channels)
+    pl = channel_plan(enc, dim, k, p.label(options), channels)
     return evaluate_points(pl, pos, coords=coords, dtype=dtype, padding_idx=enc.padding_idx)
 
 
@@ -222,7 +222,7 @@ def grid(
     p = get_preset(preset)
     enc = p.resolve(options, grid=True)
     dims = grid_shape(shape, p.encoding.ndim)
-    pl = channel_plan(enc, dim, len(dims), p.name, channels)
+    pl = channel_plan(enc, dim, len(dims), p.label(options), channels)
     if is_torch(like) and device is None:
         device = like.device
     return evaluate_grid(pl, enc, dims, dtype=dtype, device=device, like=like)
@@ -270,7 +270,7 @@ def detr(
     if scale is not None:
         opts["scale"] = scale
     enc = get_preset("detr").resolve(opts, grid=True)
-    pl = channel_plan(enc, dim, 2, "detr", None)
+    pl = channel_plan(enc, dim, 2, get_preset("detr").label(opts), None)
     return evaluate_detr(pl, enc, mask, dtype=dtype)
 
 

@@ -192,14 +192,14 @@ def _block_widths(enc: Encoding, width: int, ndim: int, who: str, dim: int) -> l
     if enc.widths == "exact":
         fractions = enc.fractions or (1.0 / ndim,) * ndim
         if len(fractions) != ndim:
-            raise PosencError(f"preset {who!r} has {len(fractions)} blocks but ndim={ndim}")
+            raise PosencError(f"preset {who} has {len(fractions)} blocks but ndim={ndim}")
         shares = [Fraction(f).limit_denominator(1000) for f in fractions]
         multiple = math.lcm(*[(Fraction(2) / s).numerator for s in shares])
         blocks = [width * s for s in shares]
         if any(b.denominator != 1 or b % 2 or b == 0 for b in blocks):
             extra = f" plus {ndim} (the included inputs)" if enc.include_input else ""
             raise PosencError(
-                f"`dim` must be a positive multiple of {multiple}{extra} for preset {who!r} "
+                f"`dim` must be a positive multiple of {multiple}{extra} for preset {who} "
                 f"({_describe_blocks(shares)}), got {dim}"
             )
         return [int(b) for b in blocks]
@@ -207,18 +207,18 @@ def _block_widths(enc: Encoding, width: int, ndim: int, who: str, dim: int) -> l
         n = width // (2 * ndim)
         if n == 0:
             raise PosencError(
-                f"`dim` must be at least {2 * ndim} for preset {who!r} "
+                f"`dim` must be at least {2 * ndim} for preset {who} "
                 f"(each of {ndim} axes needs one sin/cos pair), got {dim}"
             )
         return [2 * n] * ndim
     if enc.widths == "ceil":
         if width < 1:
-            raise PosencError(f"`dim` must be at least 1 for preset {who!r}, got {dim}")
+            raise PosencError(f"`dim` must be at least 1 for preset {who}, got {dim}")
         return [2 * math.ceil(width / (2 * ndim))] * ndim
     if ndim != 1:
-        raise PosencError(f"preset {who!r} splits one block and needs ndim=1, got {ndim}")
+        raise PosencError(f"preset {who} splits one block and needs ndim=1, got {ndim}")
     if width < 1:
-        raise PosencError(f"`dim` must be at least 1 for preset {who!r}, got {dim}")
+        raise PosencError(f"`dim` must be at least 1 for preset {who}, got {dim}")
     return [width]
 
 
@@ -271,7 +271,7 @@ def _build(enc: Encoding, dim: int, ndim: int, who: str, *, hint: bool) -> Plan:
     width = dim - (ndim if enc.include_input else 0)
     if width < 0:
         raise PosencError(
-            f"`dim` must be at least {ndim} for preset {who!r} (one included input per axis), "
+            f"`dim` must be at least {ndim} for preset {who} (one included input per axis), "
             f"got {dim}"
         )
     widths = _block_widths(enc, width, ndim, who, dim)
@@ -285,7 +285,7 @@ def _build(enc: Encoding, dim: int, ndim: int, who: str, *, hint: bool) -> Plan:
         den = denominator(w, enc.shift, guard=enc.guard)
         if enc.spacing == "geometric" and not den > 0 and n_sin > 0:
             raise PosencError(
-                f"`dim` is too small for preset {who!r}: its spacing divides by "
+                f"`dim` is too small for preset {who}: its spacing divides by "
                 f"n - {enc.shift:g} for n frequencies per block, which must be > 0; "
                 f"dim={dim} gives n={n_sin}{_smallest(enc, dim, ndim, who) if hint else ''}"
             )

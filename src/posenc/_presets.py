@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._spec import Encoding
-from ._validate import PosencError, check_bool, check_int, check_real, suggest
+from ._validate import MAX_POSITION, PosencError, check_bool, check_int, check_real, show, suggest
 
 Apply = Callable[[Encoding, Any, Mapping[str, Any]], Encoding]
 
@@ -47,6 +47,11 @@ class Preset:
     encoding: Encoding
     options: Mapping[str, Option] = field(default_factory=dict)
     quirks: str = ""
+
+    def label(self, options: Mapping[str, Any]) -> str:
+        """How error messages name this preset with the caller's options."""
+        given = ", ".join(f"{k}={show(v)}" for k, v in options.items())
+        return repr(self.name) + (f" with {given}" if given else "")
 
     def resolve(self, options: Mapping[str, Any], *, grid: bool) -> Encoding:
         """The Encoding for these options; unknown or misplaced options are refused."""
@@ -82,7 +87,7 @@ def _real(key: str, v: Any) -> float:
 
 
 def _index(key: str, v: Any) -> int | None:
-    return None if v is None else check_int(key, v)
+    return None if v is None else check_int(key, v, maximum=int(MAX_POSITION))
 
 
 def _detr_scale(key: str, v: Any) -> float | None:
@@ -183,7 +188,10 @@ PRESETS: dict[str, Preset] = {
                 "scale": Option("multiplies the timesteps (1)", _real, _set("scale")),
                 "max_period": Option("largest period (10000)", _positive, _set("base")),
             },
-            "odd widths get one zero channel appended; the original rounds t to float32 first",
+            "odd widths get one zero channel appended; the original casts t to float32 "
+            "(`timesteps.float()`) and posenc encodes the t it is given exactly: float32 t "
+            "reproduce the original, float64 t are not rounded first (at t = 12345.678 the two "
+            "differ by 1.9e-4)",
         ),
         Preset(
             "mae",

@@ -10,6 +10,7 @@ from typing import Any, Literal, get_args
 from ._frequencies import Spacing
 from ._validate import (
     MAX_AXES,
+    MAX_POSITION,
     PosencError,
     check_bool,
     check_choice,
@@ -113,7 +114,16 @@ class Encoding:
             fix(self, name, check_bool(name, getattr(self, name)))
         fix(self, "extra_tokens", check_int("extra_tokens", self.extra_tokens))
         if self.padding_idx is not None:
-            fix(self, "padding_idx", check_int("padding_idx", self.padding_idx, minimum=None))
+            fix(
+                self,
+                "padding_idx",
+                check_int(
+                    "padding_idx",
+                    self.padding_idx,
+                    minimum=-int(MAX_POSITION),
+                    maximum=int(MAX_POSITION),
+                ),
+            )
         if self.base_size is not None:
             fix(self, "base_size", check_real("base_size", self.base_size, positive=True))
         scales = self.interpolation_scale

@@ -48,7 +48,10 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
+    """A short repr for messages (huge ints, whose repr may be refused, by their size)."""
+    if isinstance(value, int) and value.bit_length() > 192:
+        return f"an integer of {math.floor(value.bit_length() * math.log10(2)) + 1} digits"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -56,12 +59,12 @@ def _show(value: Any) -> str:
 def check_int(name: str, value: Any, *, minimum: int | None = 0, maximum: int | None = None) -> int:
     """`value` as an int; bools, floats and values outside ``[minimum, maximum]`` are refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise PosencError(f"`{name}` must be an integer, got {_show(value)}")
+        raise PosencError(f"`{name}` must be an integer, got {show(value)}")
     value = int(value)
     if minimum is not None and value < minimum:
         raise PosencError(f"`{name}` must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
-        raise PosencError(f"`{name}` must be <= {maximum}, got {_show(value)}")
+        raise PosencError(f"`{name}` must be <= {maximum}, got {show(value)}")
     return value
 
 
@@ -69,22 +72,22 @@ def check_real(name: str, value: Any, *, positive: bool = False) -> float:
     """`value` as a finite float (optionally > 0); bools, strings and overflowing ints are
     refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise PosencError(f"`{name}` must be a real number, got {_show(value)}")
+        raise PosencError(f"`{name}` must be a real number, got {show(value)}")
     try:
         out = float(value)
     except OverflowError:
         out = math.inf
     if not math.isfinite(out):
-        raise PosencError(f"`{name}` must be finite, got {_show(value)}")
+        raise PosencError(f"`{name}` must be finite, got {show(value)}")
     if positive and out <= 0:
-        raise PosencError(f"`{name}` must be > 0, got {_show(value)}")
+        raise PosencError(f"`{name}` must be > 0, got {show(value)}")
     return out
 
 
 def check_bool(name: str, value: Any) -> bool:
     """`value` if it is True or False (not 1, "no" or a tensor)."""
     if not isinstance(value, bool | np.bool_):
-        raise PosencError(f"`{name}` must be True or False, got {_show(value)}")
+        raise PosencError(f"`{name}` must be True or False, got {show(value)}")
     return bool(value)
 
 
@@ -94,7 +97,7 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     if not isinstance(value, str) or value not in options:
         hint = suggest(value, options) if isinstance(value, str) else ""
         raise PosencError(
-            f"`{name}` must be one of {', '.join(map(repr, options))}{hint}, got {_show(value)}"
+            f"`{name}` must be one of {', '.join(map(repr, options))}{hint}, got {show(value)}"
         )
     return value
 
@@ -136,7 +139,7 @@ def check_device(torch: Any, device: Any) -> Any:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise PosencError(
-            f"`device` must be a torch device such as 'cpu' or 'cuda:0', got {_show(device)}"
+            f"`device` must be a torch device such as 'cpu' or 'cuda:0', got {show(device)}"
         ) from None
     if dev.type in ("cpu", "meta"):
         return dev
@@ -189,7 +192,7 @@ def _torch() -> Any:
 def _range_error(name: str, value: Any) -> PosencError:
     return PosencError(
         f"`{name}` must be within +-2^53 ({int(MAX_POSITION)}), where every integer is a "
-        f"float64, got a value of {_show(value)}"
+        f"float64, got a value of {show(value)}"
     )
 
 
@@ -211,18 +214,18 @@ def as_positions(positions: Any, name: str = "positions") -> Positions:
     ):
         return _foreign_positions(positions, name)
     if isinstance(positions, numbers.Number) and not isinstance(positions, numbers.Real):
-        raise PosencError(f"`{name}` must hold integers or real numbers, got {_show(positions)}")
+        raise PosencError(f"`{name}` must hold integers or real numbers, got {show(positions)}")
     try:
         arr = np.asarray(positions)
     except (ValueError, TypeError, OverflowError):
         raise PosencError(
-            f"`{name}` must be an array of numbers of one shape, got {_show(positions)}"
+            f"`{name}` must be an array of numbers of one shape, got {show(positions)}"
         ) from None
     if arr.dtype == object and arr.size:
         flat = arr.reshape(-1)
         if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in flat):
             raise _range_error(name, max(flat.tolist(), key=abs))
-        raise PosencError(f"`{name}` must be an array of numbers, got {_show(positions)}")
+        raise PosencError(f"`{name}` must be an array of numbers, got {show(positions)}")
     if arr.dtype.kind == "b" or (arr.dtype.kind not in "iuf" and arr.size):
         raise PosencError(f"`{name}` must hold integers or real numbers, got dtype {arr.dtype}")
     if arr.dtype.kind not in "iuf":
@@ -335,6 +338,6 @@ def check_finite_frequencies(omega: np.ndarray, who: str, detail: str) -> None:
     """Frequencies that overflow (or are NaN) come from options out of range."""
     if len(omega) and not np.isfinite(omega).all():
         raise PosencError(
-            f"the frequencies of preset {who!r} overflow for {detail}: choose options whose "
+            f"the frequencies of preset {who} overflow for {detail}: choose options whose "
             "frequencies are finite"
         )

@@ -130,6 +130,7 @@ class _Module(nn.Module):
         self.preset = p.name
         self.options = dict(options)
         self.enc = p.resolve(self.options, grid=grid)
+        self.label = p.label(self.options)  # how errors name the preset and its options
         dtype = dtype or torch.get_default_dtype()
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise PosencError(f"`dtype` must be a floating torch dtype, got {dtype!r}")
@@ -180,7 +181,7 @@ class _Cached(_Module):
             )
         self.dim = check_int("dim", dim, minimum=1)
         self.channels = check_channels(channels, self.dim)
-        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.preset, self.channels))
+        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.label, self.channels))
         self.width = self._plan.dim
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
         self.reset_parameters()
@@ -492,7 +493,7 @@ class GridEncoding(_Module):
     def _plan_for(self, ndim: int) -> Plan:
         if ndim not in self._plans:
             self._plans[ndim] = _traceable(
-                channel_plan(self.enc, self.dim, ndim, self.preset, self.channels)
+                channel_plan(self.enc, self.dim, ndim, self.label, self.channels)
             )
         return self._plans[ndim]
 
@@ -562,9 +563,7 @@ class DetrSineEncoding(_Module):
             opts["scale"] = scale
         super().__init__("detr", opts, grid=True, device=device, dtype=dtype)
         self.num_pos_feats = check_int("num_pos_feats", num_pos_feats, minimum=1)
-        self._plan = _traceable(
-            channel_plan(self.enc, 2 * self.num_pos_feats, 2, self.preset, None)
-        )
+        self._plan = _traceable(channel_plan(self.enc, 2 * self.num_pos_feats, 2, self.label, None))
 
     def forward(self, mask: Tensor) -> Tensor:
         return _api.evaluate_detr(self._plan, self.enc, mask, dtype=self._dtype)
@@ -609,7 +608,7 @@ class Timesteps(_Module):
         }
         super().__init__("timestep", options, grid=False, device=device, dtype=dtype)
         self.dim = check_int("dim", dim, minimum=1)
-        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.preset, None))
+        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.label, None))
 
     def forward(self, timesteps: Tensor) -> Tensor:
         pos = as_positions(timesteps, "timesteps")

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _api, _plots
-from ._io import atomic, need
-from ._validate import PosencError
+from .. import _api
+from .._validate import PosencError
+from . import plots
+from .files import atomic, need
 
 FIGURES = ("curves.png", "heatmap.png", "similarity.png", "patch.png", "accuracy.png")
 
@@ -44,7 +45,7 @@ def run(out_dir: Path, *, force: bool) -> int:
     lines = []
 
     pe = _api.table(100, 64, dtype=np.float64)
-    figs = {"curves.png": _plots.curves(pe, [4, 5, 6, 7], "vaswani: channels 4-7, d=64")}
+    figs = {"curves.png": plots.curves(pe, [4, 5, 6, 7], "vaswani: channels 4-7, d=64")}
     lines.append(
         "curves.png: channels 4-7 of the paper's encoding (d=64) over 100 positions; channel 4 "
         f"has period {2 * np.pi / 10000 ** (-4 / 64):.1f} positions, channel 6 "
@@ -52,7 +53,7 @@ def run(out_dir: Path, *, force: bool) -> int:
     )
 
     heat = _api.table(256, 128, preset="whisper", dtype=np.float64)
-    figs["heatmap.png"] = _plots.heatmap(heat, "whisper: [sin | cos] halves, 256 x 128")
+    figs["heatmap.png"] = plots.heatmap(heat, "whisper: [sin | cos] halves, 256 x 128")
     lines.append("heatmap.png: Whisper's table, sines in channels 0-63 and cosines in 64-127")
 
     tables = {
@@ -60,15 +61,15 @@ def run(out_dir: Path, *, force: bool) -> int:
         "whisper (tensor2tensor spacing)": _api.table(512, 128, preset="whisper", dtype=np.float64),
         "vaswani with base=500": _api.table(512, 128, base=500.0, dtype=np.float64),
     }
-    figs["similarity.png"] = _plots.similarity(tables, "similarity of two positions by distance")
-    sim = {k: _plots.similarity_by_distance(v) for k, v in tables.items()}
+    figs["similarity.png"] = plots.similarity(tables, "similarity of two positions by distance")
+    sim = {k: plots.similarity_by_distance(v) for k, v in tables.items()}
     lines.append(
         "similarity.png: cos-similarity of PE(p) and PE(p+k) depends on k alone; at k = 10 / "
         "100: " + "; ".join(f"{k} {v[10]:.3f} / {v[100]:.3f}" for k, v in sim.items())
     )
 
     grid = _api.grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
-    figs["patch.png"] = _plots.patch_similarity(grid, (14, 14), (7, 7), "mae 14x14: cell (7, 7)")
+    figs["patch.png"] = plots.patch_similarity(grid, (14, 14), (7, 7), "mae 14x14: cell (7, 7)")
     body = grid[1:]
     ref = body[7 * 14 + 7]
     nb = body @ ref / (np.linalg.norm(body, axis=1) * np.linalg.norm(ref))
@@ -89,7 +90,7 @@ def run(out_dir: Path, *, force: bool) -> int:
         errors["posenc float32"].append(
             float(np.abs(_api.encode(positions, 512).astype(np.float64) - exact).max())
         )
-    figs["accuracy.png"] = _plots.error_by_position(
+    figs["accuracy.png"] = plots.error_by_position(
         {k: (starts, np.array(v)) for k, v in errors.items()}, "max error of a float32 table, d=512"
     )
     tut, ours = errors["float32 tutorial recipe"], errors["posenc float32"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ._api import grid, table
-from ._validate import PosencError
+from .._api import grid, table
+from .._validate import PosencError
 
 # Originals computed in float32 err by ~6e-8 * position; a bf16 copy by up to 2^-8. A table
 # within this of a preset is that preset; a learned table is off by O(1).
@@ -92,6 +92,8 @@ def identify(values: np.ndarray) -> list[Candidate]:
             f"the table must be 2-D ([positions, channels]), got shape {values.shape}"
         )
     rows, dim = arr.shape
+    if arr.size == 0:
+        raise PosencError(f"the table is empty (shape {values.shape})")
     if not np.isfinite(arr).all():
         raise PosencError("the table holds NaN or infinite values")
     zero_rows = [int(i) for i in np.flatnonzero(~arr.any(axis=1))]

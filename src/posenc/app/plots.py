@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._io import need
+from .files import need
 
 
 def _figure(width: float = 7.0, height: float = 4.0) -> Any:

@@ -1,0 +1,477 @@
+"""The ``posenc`` command: export tables, draw the pictures, identify stored tables.
+
+Exit status: 0 done; 1 only from ``identify``, for "not a known encoding"; 2 any failure
+(bad arguments, bad files, missing extras, errors of the file system), always one line on
+stderr and never a traceback; 128 + n after signal n (SIGINT 130, SIGTERM 143), with any
+partial file removed. Checks that can fail (arguments, format, dtype, installed extras, free
+disk space) run before anything is computed. Files that exist are never overwritten without
+``--force``, and every write is atomic. Heavy libraries (torch, matplotlib, safetensors) are
+imported only by the subcommands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from .. import _api
+from .._engine import PROGRESS
+from .._validate import MAX_AXES, PosencError
+from .files import (
+    atomic,
+    check_room,
+    check_writable,
+    check_writer,
+    file_format,
+    need,
+    read,
+    text_bytes,
+    write,
+)
+
+EXIT_UNKNOWN = 1  # `identify`: the table is not a known encoding
+EXIT_FAILURE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, no usage block
+        self.exit(EXIT_FAILURE, f"{self.prog}: error: {message}\n")
+
+
+# --- argument types: each refuses bad text with a message naming the rule and the value ------
+
+
+def _count(text: str) -> int:
+    """An integer >= 1 (``--dim``, ``--length``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _number(text: str) -> int | float:
+    """An int when the text is one (so large offsets stay exact), else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """Grid sizes: ``14,14`` or ``8x30x45``, each >= 1."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        dims = tuple(int(s) for s in parts)
+    except ValueError:
+        dims = ()
+    if not dims or min(dims) < 1 or len(dims) > MAX_AXES:
+        raise argparse.ArgumentTypeError(
+            f"takes 1 to {MAX_AXES} sizes >= 1, like 14,14 or 8x30x45, got {text!r}"
+        )
+    return dims
+
+
+def _channels(text: str) -> list[int]:
+    """Channel numbers for ``--dims``: ``4,5,6,7``, each >= 0."""
+    try:
+        dims = [int(s) for s in text.split(",")]
+    except ValueError:
+        dims = [-1]
+    if min(dims) < 0:
+        raise argparse.ArgumentTypeError(f"takes channels >= 0 like 4,5,6,7, got {text!r}")
+    return dims
+
+
+def _options(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs; values are Python literals (1e4, True, None) or strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise PosencError(f"`--set` takes key=value, got {pair!r}")
+        low = text.lower()
+        if low in ("true", "false", "none"):
+            text = {"true": "True", "false": "False", "none": "None"}[low]
+        try:
+            out[key] = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            out[key] = text  # not a literal (or too deep, or too many digits): the text
+    return out
+
+
+# --- what a table or plot command asks for ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """A table the arguments ask for, resolved and checked before anything is computed."""
+
+    preset: str
+    dim: int
+    length: int  # 1D tables
+    offset: int | float  # 1D tables
+    shape: tuple[int, ...] | None  # grids
+    options: dict[str, Any]
+
+    @property
+    def rows(self) -> int:  # an upper bound: grids may add a few extra tokens
+        return self.length if self.shape is None else math.prod(self.shape) + 8
+
+    def compute(self, dtype: Any) -> tuple[Any, str]:
+        """The table, and the posenc call that makes it."""
+        opts = self.options
+        if self.shape is not None:
+            out = _api.grid(self.shape, self.dim, preset=self.preset, dtype=dtype, **opts)
+            call = f"posenc.grid({self.shape}, {self.dim}, preset={self.preset!r}"
+        else:
+            out = _api.table(
+                self.length, self.dim, preset=self.preset, offset=self.offset, dtype=dtype, **opts
+            )
+            call = f"posenc.table({self.length}, {self.dim}, preset={self.preset!r}"
+            call += f", offset={self.offset!r}" if self.offset else ""
+        return out, call + "".join(f", {k}={v!r}" for k, v in opts.items()) + ")"
+
+
+def _request(args: argparse.Namespace) -> Request:
+    p = _api.preset(args.preset)
+    is_grid = args.grid is not None or p.encoding.ndim not in (1, None)
+    if is_grid:
+        for flag, given in (("--length", args.length), ("--offset", args.offset)):
+            if given is not None:
+                raise PosencError(
+                    f"`{flag}` applies to 1-D tables, but this asks for a grid (preset "
+                    f"{args.preset!r}); "
+                    f"use --grid to give its sizes, got {flag} {given}"
+                )
+    shape = (args.grid or (14,) * (p.encoding.ndim or 1)) if is_grid else None
+    return Request(
+        args.preset,
+        args.dim,
+        128 if args.length is None else args.length,
+        0 if args.offset is None else args.offset,
+        shape,
+        _options(args.set),
+    )
+
+
+def _torch_dtype(name: str) -> Any:
+    if name == "bfloat16":
+        return need("torch", "torch", "bfloat16 output").bfloat16
+    return name
+
+
+class _Bar:
+    """A progress bar on stderr, shown only on a terminal and only after about a second."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.start = time.monotonic()
+        self.live = sys.stderr.isatty()
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.live or time.monotonic() - self.start < 1.0:
+            return
+        frac = done / max(total, 1)
+        bar = "#" * int(30 * frac)
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}%")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+
+
+STREAM_BYTES = 1 << 26  # 1D .npy tables larger than this are computed and written in slices
+
+
+def _stream_npy(req: Request, dtype: str, path: Path) -> bool:
+    """Write a large 1D table to .npy slice by slice, in bounded memory. Each slice is
+    computed with its own offset; integer positions make it the same bits as one call."""
+    rows, dim, item = req.length, req.dim, np.dtype(dtype).itemsize
+    if (
+        req.shape is not None
+        or not float(req.offset).is_integer()
+        or rows * dim * item <= (STREAM_BYTES)
+    ):
+        return False
+    step = max(1, STREAM_BYTES // (dim * item))
+
+    def part(lo: int, n: int) -> np.ndarray:
+        off = req.offset + lo
+        return _api.table(n, dim, preset=req.preset, offset=off, dtype=dtype, **req.options)
+
+    part(rows - 1, 1)  # the far end passes every check (range, accuracy) before the file
+    bar = _Bar(f"posenc table {req.preset}")
+    with atomic(path) as tmp:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(rows, dim))
+        for lo in range(0, rows, step):
+            n = min(step, rows - lo)
+            out[lo : lo + n] = part(lo, n)
+            bar(lo + n, rows)
+        out.flush()
+        del out
+    bar.close()
+    return True
+
+
+# --- subcommands -------------------------------------------------------------------------------
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    path = Path(args.output)
+    fmt = file_format(path, args.format)
+    check_writable(path, args.force)
+    req = _request(args)
+    values = req.rows * req.dim
+    check_writer(fmt, args.dtype, values)
+    item = 2 if args.dtype == "bfloat16" else np.dtype(args.dtype).itemsize
+    check_room(path, text_bytes(values, args.dtype) if fmt in ("csv", "json") else values * item)
+    if fmt == "npy" and _stream_npy(req, args.dtype, path):
+        print(f"wrote {path} (npy, {req.length}x{req.dim} {args.dtype}, in slices)")
+        return 0
+    bar = _Bar(f"posenc table {req.preset}")
+    token = PROGRESS.set(bar)
+    try:
+        out, call = req.compute(_torch_dtype(args.dtype))
+    finally:
+        PROGRESS.reset(token)
+        bar.close()
+    meta = {"preset": req.preset, "call": call, "dtype": args.dtype}
+    write(path, out, fmt, args.name, meta)
+    print(f"wrote {path} ({fmt}, {'x'.join(map(str, out.shape))} {args.dtype}): {call}")
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    width = max(len(n) for n in _api.presets())
+    for name in _api.presets():
+        p = _api.preset(name)
+        print(f"{name:<{width}}  {p.summary}")
+        if args.verbose:
+            print(f"{'':<{width}}  origin: {p.origin}")
+            print(f"{'':<{width}}  quirks: {p.quirks}")
+            opts = ", ".join(f"{k}: {o.doc}" for k, o in p.options.items()) or "none"
+            print(f"{'':<{width}}  options: {opts}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    path = Path(args.output)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise PosencError(f"`--output` must end in .png or .svg, got {path.name!r}")
+    check_writable(path, args.force)
+    req = _request(args)
+    if args.dims is not None and args.kind != "curves":
+        raise PosencError(f"`--dims` applies to --kind curves, got --kind {args.kind}")
+    dims = args.dims or [d for d in (4, 5, 6, 7) if d < req.dim] or [0]
+    if max(dims) >= req.dim:
+        raise PosencError(f"`--dims` must be channels below {req.dim}, got {dims}")
+    if args.kind == "patch" and (req.shape is None or len(req.shape) != 2):
+        raise PosencError(
+            f"`--kind patch` needs a 2D grid preset or --grid H,W, got preset {args.preset!r}"
+        )
+    need("matplotlib", "plot", "posenc plot")
+    from . import plots
+
+    out, call = req.compute("float64")
+    pe = np.asarray(out, dtype=np.float64)
+    title = f"{args.preset}: {call}"
+    if args.kind == "curves":
+        fig = plots.curves(pe, dims, title, offset=req.offset if req.shape is None else 0)
+    elif args.kind == "heatmap":
+        fig = plots.heatmap(pe, title, "position" if req.shape is None else "token")
+    elif args.kind == "similarity":
+        fig = plots.similarity({args.preset: pe}, title)
+    else:
+        assert req.shape is not None
+        h, w = req.shape[0], req.shape[1]
+        fig = plots.patch_similarity(pe, (h, w), (h // 2, w // 2), title)
+    with atomic(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=110)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_identify(args: argparse.Namespace) -> int:
+    from .identify import MATCH, identify
+
+    stored = read(Path(args.file), args.name)
+    where = f"{args.file}" + (f" [{stored.key}]" if stored.key else "")
+    found = identify(stored.values)
+    shape = "x".join(map(str, stored.values.shape))
+    if not found:
+        print(f"{where}: {shape} {stored.dtype}: no preset takes this width; not a known encoding")
+        return EXIT_UNKNOWN
+    best = found[0]
+    also = f" (the same numbers: {', '.join(best.also)})" if best.also else ""
+    if best.error < MATCH:
+        print(f"{where}: {shape} {stored.dtype} is preset {best.preset!r}{also}")
+        print(f"  reproduce with: {best.call}")
+        print(f"  max error: {best.error:.3g}")
+        return 0
+    print(
+        f"{where}: {shape} {stored.dtype} is not a known sinusoidal encoding (e.g. a learned table)"
+    )
+    print(f"  closest: {best.call}, max error {best.error:.3g}")
+    return EXIT_UNKNOWN
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run
+
+    return run(Path(args.out), force=args.force)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(
+        prog="posenc",
+        description="Sinusoidal positional encodings: every convention, exact.",
+    )
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    demo = sub.add_parser("demo", help="write a few figures and print what they show")
+    demo.add_argument("--out", default="posenc-demo", help="directory (default posenc-demo)")
+    demo.add_argument("--force", action="store_true", help="overwrite existing figures")
+    demo.set_defaults(run=cmd_demo)
+
+    pre = sub.add_parser("presets", help="list the presets")
+    pre.add_argument("-v", "--verbose", action="store_true", help="origin, quirks, options")
+    pre.set_defaults(run=cmd_presets)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("preset", help="a preset name (see `posenc presets`)")
+        p.add_argument("--dim", type=_count, default=128, help="channels (default 128)")
+        p.add_argument("--length", type=_count, help="positions of a 1-D table (default 128)")
+        p.add_argument("--offset", type=_number, help="first position of a 1-D table (default 0)")
+        p.add_argument("--grid", type=_shape, help="grid sizes, e.g. 14,14 or 8x30x45")
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a preset option, e.g. --set flip_sin_to_cos=true",
+        )
+        p.add_argument("-o", "--output", required=True, help="file to write")
+        p.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    tab = sub.add_parser("table", help="write a table to .npy/.pt/.safetensors/.csv/.json")
+    common(tab)
+    tab.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float16", "bfloat16", "float32", "float64"],
+        help="value type of the table (default float32)",
+    )
+    tab.add_argument("--format", help="npy, pt, safetensors, csv or json (default: extension)")
+    tab.add_argument("--name", default="", help="tensor name inside .pt/.safetensors")
+    tab.set_defaults(run=cmd_table)
+
+    plot = sub.add_parser("plot", help="draw a figure (.png or .svg)")
+    common(plot)
+    plot.add_argument(
+        "--kind",
+        default="curves",
+        choices=["curves", "heatmap", "similarity", "patch"],
+        help="the figure (default curves)",
+    )
+    plot.add_argument("--dims", type=_channels, help="channels for --kind curves (default 4,5,6,7)")
+    plot.set_defaults(run=cmd_plot)
+
+    ident = sub.add_parser("identify", help="say which preset reproduces a stored table")
+    ident.add_argument("file", help=".npy, .npz, .pt or .safetensors")
+    ident.add_argument("--name", help="tensor name inside the file")
+    ident.set_defaults(run=cmd_identify)
+    return top
+
+
+# --- signals and the top level -----------------------------------------------------------------
+
+
+class Interrupted(BaseException):
+    """A signal asked the command to stop; ``atomic`` removes the partial file on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` in the main thread while a command runs."""
+    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    sigs = [getattr(signal, n) for n in names if hasattr(signal, n)]
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _raise) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _fail(message: str) -> int:
+    line = " ".join(str(message).split())
+    print(f"posenc: error: {line}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    with _signals():
+        try:
+            args = parser().parse_args(argv)
+            return int(args.run(args))
+        except PosencError as err:
+            return _fail(str(err))
+        except Interrupted as sig:
+            print(f"posenc: interrupted ({signal.Signals(sig.signum).name})", file=sys.stderr)
+            return 128 + sig.signum
+        except KeyboardInterrupt:  # SIGINT outside the main thread's handler
+            print("posenc: interrupted (SIGINT)", file=sys.stderr)
+            return 128 + signal.SIGINT
+        except BrokenPipeError:  # the reader went away (`posenc presets | head -1`)
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + 13
+        except OSError as err:
+            return _fail(f"{err.strerror or err}" + (f": {err.filename!r}" if err.filename else ""))
+        except MemoryError:
+            return _fail("out of memory")
+        except Exception as err:
+            if os.environ.get("POSENC_TRACEBACK"):
+                raise
+            return _fail(
+                f"internal error, please report it: {type(err).__name__}: {err} "
+                "(POSENC_TRACEBACK=1 shows where)"
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
