@@ -32,30 +32,34 @@ def t2t_1d(length, channels, min_timescale=1.0, max_timescale=1e4, start_index=0
     return np.pad(signal, [[0, 0], [0, channels % 2]])
 
 
-def fairseq(num_embeddings, embedding_dim, padding_idx=None):
+def fairseq(num_embeddings, embedding_dim, padding_idx=None, offset=0):
     half = embedding_dim // 2
     emb = math.log(10000) / (half - 1)
     emb = np.exp(np.arange(half, dtype=np.float64) * -emb)
-    emb = np.arange(num_embeddings, dtype=np.float64)[:, None] * emb[None, :]
+    position = np.arange(num_embeddings, dtype=np.float64) + offset
+    emb = position[:, None] * emb[None, :]
     emb = np.concatenate([np.sin(emb), np.cos(emb)], axis=1)
     if embedding_dim % 2 == 1:
         emb = np.concatenate([emb, np.zeros((num_embeddings, 1))], axis=1)
     if padding_idx is not None:
-        emb[padding_idx, :] = 0
+        emb[position == padding_idx, :] = 0
     return emb
 
 
-def whisper(length, channels, max_timescale=10000):
+def whisper(length, channels, max_timescale=10000, offset=0):
     assert channels % 2 == 0
     inc = np.log(max_timescale) / (channels // 2 - 1)
     inv = np.exp(-inc * np.arange(channels // 2))
-    scaled = np.arange(length)[:, None] * inv[None, :]
+    scaled = (np.arange(length) + np.float64(offset))[:, None] * inv[None, :]
     return np.concatenate([np.sin(scaled), np.cos(scaled)], axis=1)
 
 
-def marian(n_pos, dim):
+def marian(n_pos, dim, offset=0):
     enc = np.array(
-        [[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(n_pos)]
+        [
+            [(offset + pos) / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)]
+            for pos in range(n_pos)
+        ]
     )
     out = np.zeros((n_pos, dim))
     sentinel = dim // 2 if dim % 2 == 0 else dim // 2 + 1
@@ -213,13 +217,13 @@ def t2t_nd(shape, channels, min_timescale=1.0, max_timescale=1e4):
     return x.reshape(-1, channels)
 
 
-def tatp22(shape, org_channels):
+def tatp22(shape, org_channels, offset=0):
     nd = len(shape)
     channels = int(np.ceil(org_channels / (2 * nd)) * 2)
     inv_freq = 1.0 / (10000 ** (np.arange(0, channels, 2, dtype=np.float64) / channels))
     emb = np.zeros((*shape, channels * nd))
     for a, n in enumerate(shape):
-        sin_inp = np.einsum("i,j->ij", np.arange(n, dtype=np.float64), inv_freq)
+        sin_inp = np.einsum("i,j->ij", np.arange(n, dtype=np.float64) + offset, inv_freq)
         e = np.stack((np.sin(sin_inp), np.cos(sin_inp)), axis=-1).reshape(n, -1)
         e = e.reshape((1,) * a + (n,) + (1,) * (nd - 1 - a) + (channels,))
         emb[..., a * channels : (a + 1) * channels] = e

@@ -218,7 +218,7 @@ def test_never_overwrites_without_force(tmp_path):
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["table", "vasvani", "-o", "x.npy"], ["unknown preset", "'vaswani'"]),
+        (["table", "vasvani", "-o", "x.npy"], ["`preset`", "unknown", "'vaswani'"]),
         (["table", "vaswani", "--dim", "7", "-o", "x.npy"], ["`dim`", "multiple of 2", "7"]),
         (["table", "vaswani", "--set", "bse=3", "-o", "x.npy"], ["`bse`", "'base'"]),
         (["table", "vaswani", "--set", "nokey", "-o", "x.npy"], ["key=value"]),
@@ -506,15 +506,13 @@ def test_large_offsets_stay_exact(tmp_path):
 
 
 def _umask_run(mask: int, *args: str) -> subprocess.CompletedProcess[str]:
-    import os
-
     return subprocess.run(
         [sys.executable, "-m", "posenc", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
-        preexec_fn=lambda: os.umask(mask),
+        umask=mask,
     )
 
 
@@ -600,3 +598,123 @@ def test_python_m_posenc_is_the_command():
     )
     assert proc.returncode == 0
     assert "identify" in proc.stdout
+
+
+# fuzz: random arguments and random or damaged files never give a traceback
+
+
+def _main(argv: list[str]) -> tuple[int, str, str]:
+    """The command in this process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from posenc.app import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as stop:  # argparse: usage errors and --help
+            code = int(stop.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _assert_clean(code: int, err: str, command: str) -> None:
+    assert code in ((0, 1, 2) if command == "identify" else (0, 2)), (code, err)
+    if code == 2:
+        assert err.count("\n") == 1, err
+        assert err.startswith("posenc"), err
+    else:
+        assert err == "", err
+    assert "Traceback" not in err
+    assert "internal error" not in err, err
+
+
+VALUES = [
+    "0", "1", "3", "-1", "8", "1e3", "nan", "inf", "1e400", "10**30", "1" + "0" * 30,
+    "", "abc", "2,3", "0,4", "4x4", "1.5", "9007199254740993", "[[[", "True", "None", "1j",
+]  # fmt: skip
+FLAGS = ["--dim", "--length", "--offset", "--grid", "--dtype", "--format", "--name", "--kind",
+         "--dims", "--set"]  # fmt: skip
+SET_KEYS = ["base", "scale", "max_period", "padding_idx", "cls_token", "flip_sin_to_cos",
+            "min_timescale", "max_timescale", "normalize", "bogus", ""]  # fmt: skip
+EXTS = ["npy", "csv", "json", "pt", "safetensors", "svg", "txt", ""]
+
+
+def _argv(data, out_dir: Path) -> list[str]:
+    from hypothesis import strategies as st
+
+    command = data.draw(st.sampled_from(["table", "plot", "identify", "presets", "frob"]))
+    argv = [command]
+    if command in ("table", "plot"):
+        argv.append(data.draw(st.sampled_from([*posenc.presets(), "nope"])))
+    for _ in range(data.draw(st.integers(0, 4))):
+        flag = data.draw(st.sampled_from(FLAGS))
+        if flag == "--set":
+            value = f"{data.draw(st.sampled_from(SET_KEYS))}={data.draw(st.sampled_from(VALUES))}"
+        elif flag == "--dtype":
+            value = data.draw(st.sampled_from(["float32", "bfloat16", "float16", "int8"]))
+        elif flag == "--kind":
+            value = data.draw(st.sampled_from(["curves", "heatmap", "patch", "bars"]))
+        else:
+            value = data.draw(st.sampled_from(VALUES))
+        argv += [flag, value]
+    if command == "identify":
+        argv.append(str(out_dir / f"missing.{data.draw(st.sampled_from(EXTS))}"))
+    elif command in ("table", "plot"):
+        argv += ["-o", str(out_dir / f"out.{data.draw(st.sampled_from(EXTS))}")]
+    return argv
+
+
+def test_fuzz_arguments_never_show_a_traceback():
+    import tempfile
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pytest.importorskip("matplotlib")
+
+    @settings(max_examples=150)
+    @given(data=st.data())
+    def check(data):
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = _argv(data, Path(tmp))
+            code, _, err = _main(argv)
+            _assert_clean(code, err, argv[0])
+
+    check()
+
+
+def test_fuzz_identify_on_random_and_damaged_files(tmp_path):
+    import tempfile
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    originals = {p.suffix: p.read_bytes() for p in _bad_files(tmp_path).values() if p.is_file()}
+    for ext in ("npy", "pt", "safetensors", "npz"):
+        originals[f".{ext}"] = (tmp_path / f"ok.{ext}").read_bytes()
+
+    @settings(max_examples=150)
+    @given(
+        ext=st.sampled_from(sorted(originals)),
+        how=st.sampled_from(["random", "truncate", "flip"]),
+        cut=st.floats(0, 1),
+        noise=st.binary(min_size=1, max_size=64),
+    )
+    def check(ext, how, cut, noise):
+        data = originals[ext]
+        at = int(cut * len(data))
+        if how == "random":
+            body = noise * 8
+        elif how == "truncate":
+            body = data[:at]
+        else:
+            body = data[:at] + noise + data[at + len(noise) :]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"f{ext}"
+            path.write_bytes(body)
+            code, _, err = _main(["identify", str(path)])
+            _assert_clean(code, err, "identify")
+
+    check()

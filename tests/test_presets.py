@@ -7,33 +7,27 @@ import pytest
 
 import posenc
 from tests import reference as ref
+from tests.helpers import assert_close, assert_correctly_rounded
 
 F64 = {"dtype": np.float64}
-TOL64 = 1e-10  # float64 output vs float64 reference (different but exact-in-spirit formulas)
 TOL32 = 1e-7  # float32 output: the issue's bound
-
-
-def close(ours: np.ndarray, want: np.ndarray, tol: float = TOL64) -> None:
-    assert ours.shape == want.shape
-    err = np.abs(np.asarray(ours, dtype=np.float64) - want).max(initial=0.0)
-    assert err <= tol, f"max error {err:.3g} > {tol:g}"
 
 
 @pytest.mark.parametrize("d", [2, 6, 64, 512])
 @pytest.mark.parametrize("offset", [0, 7])
 def test_vaswani(d, offset):
-    close(posenc.table(300, d, offset=offset, **F64), ref.vaswani(300, d, offset=offset))
-    close(posenc.table(300, d, offset=offset), ref.vaswani(300, d, offset=offset), TOL32)
+    assert_close(posenc.table(300, d, offset=offset, **F64), ref.vaswani(300, d, offset=offset))
+    assert_close(posenc.table(300, d, offset=offset), ref.vaswani(300, d, offset=offset), TOL32)
 
 
 def test_vaswani_base():
-    close(posenc.table(50, 16, base=100.0, **F64), ref.vaswani(50, 16, base=100.0))
+    assert_close(posenc.table(50, 16, base=100.0, **F64), ref.vaswani(50, 16, base=100.0))
 
 
 @pytest.mark.parametrize("d", [2, 3, 4, 5, 17, 64, 65])
 def test_tensor2tensor(d):
     want = ref.t2t_1d(100, d, 1.0, 1e4, 3)
-    close(posenc.table(100, d, preset="tensor2tensor", offset=3, **F64), want)
+    assert_close(posenc.table(100, d, preset="tensor2tensor", offset=3, **F64), want)
 
 
 def test_tensor2tensor_min_timescale_multiplies():
@@ -42,7 +36,7 @@ def test_tensor2tensor_min_timescale_multiplies():
     got = posenc.table(
         100, 64, preset="tensor2tensor", min_timescale=2.0, max_timescale=500.0, **F64
     )
-    close(got, want)
+    assert_close(got, want)
     assert got[1, 0] == pytest.approx(np.sin(2.0), abs=1e-15)
 
 
@@ -51,7 +45,7 @@ def test_tensor2tensor_min_timescale_multiplies():
 def test_fairseq(d, padding_idx):
     kw = {} if padding_idx is None else {"padding_idx": padding_idx}
     got = posenc.table(64, d, preset="fairseq", **kw, **F64)
-    close(got, ref.fairseq(64, d, padding_idx))
+    assert_close(got, ref.fairseq(64, d, padding_idx))
     if padding_idx is not None:
         assert not got[padding_idx].any()
 
@@ -62,12 +56,12 @@ def test_fairseq_positions_and_encode():
     assert pos.tolist() == [[2, 3, 4, 1, 1], [1, 2, 3, 4, 5]]
     got = posenc.encode(pos, 16, preset="fairseq", padding_idx=1, **F64)
     table = ref.fairseq(10, 16, 1)
-    close(got, table[pos])
+    assert_close(got, table[pos])
 
 
 @pytest.mark.parametrize("d", [4, 384, 1280])
 def test_whisper(d):
-    close(posenc.table(1500, d, preset="whisper", **F64), ref.whisper(1500, d), 1e-9)
+    assert_close(posenc.table(1500, d, preset="whisper", **F64), ref.whisper(1500, d), 1e-9)
 
 
 def test_whisper_equals_fairseq_bit_for_bit():
@@ -78,7 +72,7 @@ def test_whisper_equals_fairseq_bit_for_bit():
 
 @pytest.mark.parametrize("d", [1, 2, 7, 16, 33])
 def test_marian(d):
-    close(posenc.table(40, d, preset="marian", **F64), ref.marian(40, d))
+    assert_close(posenc.table(40, d, preset="marian", **F64), ref.marian(40, d))
 
 
 @pytest.mark.parametrize("d", [5, 8, 320, 321])
@@ -92,7 +86,8 @@ def test_marian(d):
 )
 def test_timestep(d, kw):
     t = np.array([0.0, 1.0, 17.5, 999.0, 0.25])
-    close(posenc.encode(t, d, preset="timestep", **kw, **F64), ref.timestep(t, d, **kw), 1e-9)
+    got = posenc.encode(t, d, preset="timestep", **kw, **F64)
+    assert_close(got, ref.timestep(t, d, **kw), 1e-9)
 
 
 def test_timestep_encodes_the_t_it_is_given():
@@ -100,27 +95,27 @@ def test_timestep_encodes_the_t_it_is_given():
     float64 t (not rounded first) each exactly."""
     t64 = np.array([12345.678, 999.1])
     t32 = t64.astype(np.float32)
-    close(posenc.encode(t32, 320, preset="timestep", **F64), ref.timestep(t32, 320), 1e-9)
+    assert_close(posenc.encode(t32, 320, preset="timestep", **F64), ref.timestep(t32, 320), 1e-9)
     got = posenc.encode(t64, 320, preset="timestep", **F64)
-    close(got, ref.timestep(t64, 320), 1e-9)
+    assert_close(got, ref.timestep(t64, 320), 1e-9)
     assert np.abs(got - ref.timestep(t32, 320)).max() > 1e-4  # so the two are told apart
 
 
 def test_timestep_narrowest_width_with_paper_spacing():
     t = np.array([0.0, 3.0, 41.5])
     got = posenc.encode(t, 3, preset="timestep", downscale_freq_shift=0, **F64)
-    close(got, ref.timestep(t, 3, downscale_freq_shift=0))
+    assert_close(got, ref.timestep(t, 3, downscale_freq_shift=0))
 
 
 @pytest.mark.parametrize("shape", [(14, 14), (3, 5), (1, 1)])
 @pytest.mark.parametrize("cls", [False, True])
 def test_mae(shape, cls):
     got = posenc.grid(shape, 64, preset="mae", cls_token=cls, **F64)
-    close(got, ref.mae(64, shape, cls))
+    assert_close(got, ref.mae(64, shape, cls))
 
 
 def test_mae_square_int_and_default_preset():
-    close(posenc.grid(14, 768, **F64), ref.mae(768, 14))
+    assert_close(posenc.grid(14, 768, **F64), ref.mae(768, 14))
 
 
 @pytest.mark.parametrize("shape", [(16, 16), (8, 12), (32, 32)])
@@ -135,7 +130,7 @@ def test_mae_square_int_and_default_preset():
 )
 def test_diffusers_2d(shape, kw):
     got = posenc.grid(shape, 32, preset="diffusers-2d", **kw, **F64)
-    close(got, ref.diffusers_2d(32, shape, **kw))
+    assert_close(got, ref.diffusers_2d(32, shape, **kw))
 
 
 def test_diffusers_2d_equals_mae_at_base_size():
@@ -151,7 +146,7 @@ def test_diffusers_3d(thw, kw):
     t, h, w = thw
     got = posenc.grid((t, h, w), 64, preset="diffusers-3d", **kw, **F64)
     want = ref.diffusers_3d(64, (w, h), t, **kw)
-    close(got.reshape(t, h * w, 64), want)
+    assert_close(got.reshape(t, h * w, 64), want)
 
 
 @pytest.mark.parametrize("shape", [(7, 7), (4, 9)])
@@ -167,15 +162,15 @@ def test_timm_2d(shape, reverse, interleave):
         temperature=1000.0,
         **F64,
     )
-    close(got, ref.timm_2d(shape, 32, 1000.0, reverse, interleave))
+    assert_close(got, ref.timm_2d(shape, 32, 1000.0, reverse, interleave))
 
 
 @pytest.mark.parametrize("shape", [(5, 8), (20, 20)])
 def test_hf_2d(shape):
     got = posenc.grid(shape, 64, preset="hf-2d", **F64)
-    close(got, ref.hf_2d(*shape, embed_dim=64))
+    assert_close(got, ref.hf_2d(*shape, embed_dim=64))
     got = posenc.grid(shape, 64, preset="hf-2d", cls_token=True, temperature=100.0, **F64)
-    close(got, ref.hf_2d(*shape, embed_dim=64, temperature=100.0, cls_token=True))
+    assert_close(got, ref.hf_2d(*shape, embed_dim=64, temperature=100.0, cls_token=True))
 
 
 def _mask(rng, b, h, w):
@@ -191,7 +186,7 @@ def _mask(rng, b, h, w):
 def test_detr(normalize, dim):
     mask = _mask(np.random.default_rng(0), 3, 9, 13)
     got = posenc.detr(mask, dim, normalize=normalize, dtype=np.float64)
-    close(got, ref.detr(mask, dim // 2, normalize=normalize), 1e-9)
+    assert_close(got, ref.detr(mask, dim // 2, normalize=normalize), 1e-9)
 
 
 def test_detr_grid_equals_unpadded_mask():
@@ -199,23 +194,23 @@ def test_detr_grid_equals_unpadded_mask():
     for normalize in (False, True):
         full = posenc.detr(mask, 64, normalize=normalize, scale=None, dtype=np.float64)
         got = posenc.grid((6, 7), 64, preset="detr", normalize=normalize, **F64)
-        close(got, full[0].reshape(64, -1).T, 1e-12)
+        assert_close(got, full[0].reshape(64, -1).T, 1e-12)
 
 
 @pytest.mark.parametrize("shape", [(9,), (5, 6), (3, 4, 5)])
 @pytest.mark.parametrize("d", [12, 13, 30, 64])
 def test_t2t_nd(shape, d):
-    close(posenc.grid(shape, d, preset="t2t-nd", **F64), ref.t2t_nd(shape, d))
+    assert_close(posenc.grid(shape, d, preset="t2t-nd", **F64), ref.t2t_nd(shape, d))
 
 
 @pytest.mark.parametrize("shape", [(9,), (5, 6), (3, 4, 5)])
 @pytest.mark.parametrize("d", [1, 7, 10, 30, 64])
 def test_tatp22(shape, d):
-    close(posenc.grid(shape, d, preset="tatp22", **F64), ref.tatp22(shape, d))
+    assert_close(posenc.grid(shape, d, preset="tatp22", **F64), ref.tatp22(shape, d))
 
 
 def test_tatp22_table_is_its_1d():
-    close(posenc.table(20, 9, preset="tatp22", **F64), ref.tatp22((20,), 9))
+    assert_close(posenc.table(20, 9, preset="tatp22", **F64), ref.tatp22((20,), 9))
 
 
 @pytest.mark.parametrize("nd", [1, 3])
@@ -223,9 +218,9 @@ def test_tatp22_table_is_its_1d():
 def test_nerf(nd, levels):
     x = np.random.default_rng(1).uniform(-1, 1, size=(50, nd))
     got = posenc.encode(x, nd * (1 + 2 * levels), preset="nerf", ndim=nd, **F64)
-    close(got, ref.nerf(x, levels))
+    assert_close(got, ref.nerf(x, levels))
     got = posenc.encode(x, nd * 2 * levels, preset="nerf", ndim=nd, include_input=False, **F64)
-    close(got, ref.nerf(x, levels, include_input=False))
+    assert_close(got, ref.nerf(x, levels, include_input=False))
 
 
 def test_every_preset_is_tested_and_documented():
@@ -257,11 +252,12 @@ def test_every_preset_is_tested_and_documented():
 @pytest.mark.parametrize("offset", [0.5, -3.75, 100_000.25])
 def test_real_offsets_and_scaled_grids(offset):
     # real progressions take the coarse/fine split around sqrt(length), not the integer one
-    close(posenc.table(3000, 64, offset=offset, **F64), ref.vaswani(3000, 64, offset=offset), 1e-10)
+    got = posenc.table(3000, 64, offset=offset, **F64)
+    assert_close(got, ref.vaswani(3000, 64, offset=offset), 1e-10)
     got = posenc.grid(
         (300, 7), 64, preset="diffusers-2d", interpolation_scale=0.7, base_size=13, **F64
     )
-    close(got, ref.diffusers_2d(64, (300, 7), interpolation_scale=0.7, base_size=13))
+    assert_close(got, ref.diffusers_2d(64, (300, 7), interpolation_scale=0.7, base_size=13))
 
 
 def test_a_convention_of_your_own_is_data():
@@ -271,25 +267,11 @@ def test_a_convention_of_your_own_is_data():
         "halves, base 500",
         posenc.Encoding(layout="halves", base=500.0, shift=1.0, widths="floor"),
     )
-    close(posenc.table(40, 9, preset=mine, **F64), ref.t2t_1d(40, 9, 1.0, 500.0))
+    assert_close(posenc.table(40, 9, preset=mine, **F64), ref.t2t_1d(40, 9, 1.0, 500.0))
     grid = posenc.Preset("g", "me", "hf-2d again", posenc.Encoding(ndim=2, layout="halves"))
     assert np.array_equal(
         posenc.grid((3, 4), 16, preset=grid), posenc.grid((3, 4), 16, preset="hf-2d")
     )
-
-
-def _correctly_rounded(got, want64: np.ndarray, dtype) -> None:
-    """``got`` equals ``want64`` rounded once to ``dtype`` (NumPy's float64 casts round
-    correctly), except where ``want64`` lies within 1e-12 of a rounding midpoint."""
-    got = np.asarray(got.float().double() if hasattr(got, "float") else got, dtype=np.float64)
-    assert got.shape == want64.shape
-    near = want64.astype(dtype)
-    other = np.nextafter(near, np.where(want64 > near, np.inf, -np.inf).astype(dtype))
-    mid = (near.astype(np.float64) + other.astype(np.float64)) / 2
-    decided = (near.astype(np.float64) == want64) | (np.abs(want64 - mid) > 1e-12)
-    assert decided.mean() > 0.95  # a grid repeats each undecided value along its other axes
-    bad = decided & (got != near.astype(np.float64))
-    assert not bad.any(), f"{bad.sum()} values not correctly rounded, e.g. {np.argwhere(bad)[0]}"
 
 
 HALVES = [  # [sin | cos] blocks (cos first for flip_sin_to_cos), 1-, 2- and 3-D
@@ -322,9 +304,9 @@ def test_halves_layouts_every_backend_and_dtype(case, lib, dtype):
         assert got.dtype == np.dtype(dtype)
     got = got.reshape(want.shape)
     if dtype == "float64":
-        close(np.asarray(got), want, 1e-9)
+        assert_close(np.asarray(got), want, 1e-9)
     else:
-        _correctly_rounded(got, want, np.dtype(dtype))
+        assert_correctly_rounded(got, want, slack=1e-12)
 
 
 @pytest.mark.parametrize("levels", [10, 24])
@@ -339,7 +321,7 @@ def test_nerf_float32_correctly_rounded(levels, lib):
         got = posenc.encode(torch.from_numpy(x), dim, preset="nerf", ndim=3, dtype=torch.float32)
     else:
         got = posenc.encode(x, dim, preset="nerf", ndim=3)
-    _correctly_rounded(got, ref.nerf(x, levels), np.dtype(np.float32))
+    assert_correctly_rounded(got, ref.nerf(x, levels), slack=1e-12)
 
 
 def test_encode_keeps_span_tables_without_going_stale():
@@ -350,15 +332,15 @@ def test_encode_keeps_span_tables_without_going_stale():
         for _ in range(2):  # the second call gathers from the kept table
             ids = rng.integers(5, 3000, size=(4, 2000))
             got = posenc.encode(ids, 64)
-            close(got, want[ids], TOL32)
+            assert_close(got, want[ids], TOL32)
             got[...] = 7.0  # the caller's array, not the kept table
         # another dtype, width or preset with the same ids is not served the kept table
-        _correctly_rounded(posenc.encode(ids, 64, dtype=np.float16), want[ids], np.dtype("f2"))
-        close(posenc.encode(ids, 32), ref.vaswani(3000, 32)[ids], TOL32)
+        assert_correctly_rounded(posenc.encode(ids, 64, dtype=np.float16), want[ids], slack=1e-12)
+        assert_close(posenc.encode(ids, 32), ref.vaswani(3000, 32)[ids], TOL32)
         t2t = ref.t2t_1d(3000, 64)
-        close(posenc.encode(ids, 64, preset="tensor2tensor"), t2t[ids], TOL32)
+        assert_close(posenc.encode(ids, 64, preset="tensor2tensor"), t2t[ids], TOL32)
         posenc.set_table_cache(0)
-        close(posenc.encode(ids, 64), want[ids], TOL32)
+        assert_close(posenc.encode(ids, 64), want[ids], TOL32)
     finally:
         posenc.set_table_cache(64 << 20)
     with pytest.raises(posenc.PosencError, match="`max_bytes` must be >= 0"):

@@ -98,7 +98,7 @@ def table(
 def _check(pl: Plan, bound: float | None, what: str, ev: Evaluator) -> None:
     """The accuracy rule, and included inputs (NeRF) that the output dtype can hold."""
     c = pl.constants
-    check_angles(c.largest, bound, what, exact=c.exact)
+    check_angles(c.largest, bound, what, exact=c.exact, who=pl.who)
     if c.identities and bound is not None and bound > ev.largest:
         raise PosencError(
             f"{what} must fit the output dtype {ev.dtype} (the positions themselves are "

@@ -69,6 +69,7 @@ class Plan:
     omega: np.ndarray  # float64 [U]
     axis: np.ndarray  # int64 [U]
     src: np.ndarray  # int64 [dim]
+    who: str = ""  # the preset and the caller's options, for messages
 
     def select(self, channels: slice) -> Plan:
         """The plan of channels ``start:stop`` only, with the frequencies they use.
@@ -83,7 +84,7 @@ class Plan:
         sincos = src >= 0
         src = src.copy()
         src[sincos] = 2 * remap[src[sincos] // 2] + src[sincos] % 2
-        return Plan(len(src), self.ndim, self.omega[used], self.axis[used], src)
+        return Plan(len(src), self.ndim, self.omega[used], self.axis[used], src, self.who)
 
     @functools.cached_property
     def exact(self) -> bool:
@@ -334,7 +335,7 @@ def _build(enc: Encoding, dim: int, ndim: int, who: str, *, hint: bool) -> Plan:
         f"dim={dim}, base={enc.base:g}, min_timescale={enc.min_timescale:g}, "
         f"shift={enc.shift:g}, scale={enc.scale:g}",
     )
-    return Plan(dim, ndim, omega, axis, np.asarray(src, dtype=np.int64))
+    return Plan(dim, ndim, omega, axis, np.asarray(src, dtype=np.int64), who)
 
 
 def _smallest(enc: Encoding, dim: int, ndim: int, who: str) -> str:

@@ -50,7 +50,7 @@ class Preset:
 
     def label(self, options: Mapping[str, Any]) -> str:
         """How error messages name this preset with the caller's options."""
-        given = ", ".join(f"{k}={show(v)}" for k, v in options.items())
+        given = ", ".join(f"`{k}`={show(v)}" for k, v in options.items())
         return repr(self.name) + (f" with {given}" if given else "")
 
     def resolve(self, options: Mapping[str, Any], *, grid: bool) -> Encoding:
@@ -369,9 +369,11 @@ def get_preset(name: Any) -> Preset:
     """The preset called ``name``; an unknown name is refused with the closest one."""
     if isinstance(name, Preset):
         return name
-    if not isinstance(name, str) or name not in PRESETS:
+    if not isinstance(name, str):
+        raise PosencError(f"`preset` must be a preset name or a posenc.Preset, got {show(name)}")
+    if name not in PRESETS:
         raise PosencError(
-            f"unknown preset {name!r}{suggest(str(name), PRESETS)}; "
+            f"`preset` {show(name)} is unknown{suggest(name, PRESETS)}; "
             f"presets are: {', '.join(PRESETS)}"
         )
     return PRESETS[name]

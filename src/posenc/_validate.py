@@ -37,6 +37,7 @@ MAX_DIM = 1 << 20
 MAX_AXES = 32
 """Most position axes of a grid or of coordinates."""
 MAX_POSITION = float(1 << 53)
+INT64_MAX = (1 << 63) - 1
 """Largest position magnitude: every integer up to it is a float64."""
 ANGLE_LIMIT = float(1 << 27)
 """Largest angle ``|x| * w`` (rad) whose float64 rounding keeps float32 output exact."""
@@ -56,14 +57,15 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = 0, maximum: int | None = None) -> int:
-    """`value` as an int; bools, floats and values outside ``[minimum, maximum]`` are refused."""
+def check_int(name: str, value: Any, *, minimum: int | None = 0, maximum: int = INT64_MAX) -> int:
+    """`value` as an int; bools, floats and values outside ``[minimum, maximum]`` are refused
+    (every integer posenc takes ends up in an int64, so none may exceed 2^63 - 1)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise PosencError(f"`{name}` must be an integer, got {show(value)}")
     value = int(value)
     if minimum is not None and value < minimum:
         raise PosencError(f"`{name}` must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
+    if value > maximum:
         raise PosencError(f"`{name}` must be <= {maximum}, got {show(value)}")
     return value
 
@@ -314,7 +316,9 @@ def _to_host(xp: Any, x: Any) -> Any:
 # angles
 
 
-def check_angles(largest: float, bound: float | None, what: str, *, exact: bool) -> None:
+def check_angles(
+    largest: float, bound: float | None, what: str, *, exact: bool, who: str = ""
+) -> None:
     """The accuracy rule: ``bound * largest`` (the largest frequency) stays below
     ``ANGLE_LIMIT`` (finite for power-of-two frequencies, whose products are exact). Plain
     Python floats, so a tracer can run it."""
@@ -330,7 +334,8 @@ def check_angles(largest: float, bound: float | None, what: str, *, exact: bool)
         )
         raise PosencError(
             f"{what} must keep |position| x frequency within {rule}: positions reach {bound:.6g} "
-            f"and the largest frequency is {largest:.6g}, an angle of {angle:.6g}"
+            f"and the largest frequency{' of preset ' + who if who else ''} is {largest:.6g}, "
+            f"an angle of {angle:.6g}"
         )
 
 

@@ -249,8 +249,12 @@ def _load_npy(path: Path) -> dict[str, Any]:
 
 
 def _load_npz(path: Path) -> dict[str, Any]:
-    with np.load(path, allow_pickle=False) as archive:
-        return {k: archive[k] for k in archive.files}
+    with open(path, "rb") as f:  # ours to close, also when the archive is damaged
+        archive = np.load(f, allow_pickle=False)
+        if isinstance(archive, np.ndarray):  # a .npy under another name
+            return {"": archive}
+        with archive:
+            return {k: archive[k] for k in archive.files}
 
 
 def _load_pt(path: Path) -> dict[str, Any]:

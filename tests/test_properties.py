@@ -1,0 +1,211 @@
+"""Properties over presets x sizes x offsets x dtypes x backends (hypothesis, derandomized).
+
+Every result is finite and equals the float64 reference, written from the original's formula
+(`tests/reference.py`), rounded once to the output dtype; NumPy, torch, JAX and the Array API
+give the same bits; every rejection is a `PosencError` that names the argument.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import posenc
+from tests import reference as ref
+from tests.helpers import BACKENDS, assert_correctly_rounded, raises, to_numpy
+
+# preset -> (float64 reference of rows offset..offset+n-1, the widths it takes)
+ONE_D = {
+    "vaswani": (lambda n, d, off: ref.vaswani(n, d, offset=off), "even"),
+    "tensor2tensor": (lambda n, d, off: ref.t2t_1d(n, d, start_index=off), "any"),
+    "fairseq": (lambda n, d, off: ref.fairseq(n, d, padding_idx=1, offset=off), "any"),
+    "whisper": (lambda n, d, off: ref.whisper(n, d, offset=off), "even"),
+    "marian": (lambda n, d, off: ref.marian(n, d, offset=off), "any"),
+    "timestep": (lambda n, d, off: ref.timestep(off + np.arange(n, dtype=np.float64), d), "any"),
+    "tatp22": (lambda n, d, off: ref.tatp22((n,), d, offset=off), "any"),
+}
+OPTIONS = {"fairseq": {"padding_idx": 1}}
+DTYPES = ["float64", "float32", "float16", "bfloat16"]
+
+
+def _reference_error(largest_position: float) -> float:
+    """What a float64 reference errs by: its frequencies exp(-k ln(base) / m) carry a relative
+    error of a few k ulp, so an angle p * omega_k errs by p * omega_k * k * 2^-52 at most, which
+    peaks below p * 2^-53 * (a small constant) over k."""
+    return (abs(largest_position) + 1) * 2.0**-50
+
+
+def _slack(largest_position: float, dtype: str) -> float:
+    """The reference's error, plus for float64 output posenc's own: its float64 values carry
+    the rounding of the phasor products they come from, measured below (|p| + 2^16) 2^-52
+    (0.67 of it at most over 320 random rows); 4x that is allowed. Narrower outputs round those
+    values once, far below their half ulp."""
+    own = (abs(largest_position) + 2**16) * 2.0**-50 if dtype == "float64" else 0.0
+    return _reference_error(largest_position) + own
+
+
+def _dtype_for(backend: str, name: str):
+    if name == "bfloat16" or backend == "torch":
+        torch = pytest.importorskip("torch")
+        return getattr(torch, name)
+    return name
+
+
+@settings(max_examples=120)
+@given(
+    preset=st.sampled_from(sorted(ONE_D)),
+    n=st.integers(1, 40),
+    d=st.integers(4, 96),
+    offset=st.one_of(st.integers(-300, 300), st.integers(-(2**24), 2**24)),
+    dtype=st.sampled_from(DTYPES),
+)
+def test_tables_are_the_reference_rounded_once(preset, n, d, offset, dtype):
+    reference, widths = ONE_D[preset]
+    d -= d % 2 if widths == "even" else 0
+    if preset == "timestep":  # diffusers encodes real t >= 0 (fractional in the next test)
+        offset = abs(offset)
+    got = posenc.table(
+        n,
+        d,
+        preset=preset,
+        offset=offset,
+        dtype=_dtype_for("numpy", dtype),
+        **OPTIONS.get(preset, {}),
+    )
+    want = reference(n, d, offset)
+    largest = max(abs(offset), abs(offset + n - 1))
+    assert_correctly_rounded(got, want, slack=_slack(largest, dtype))
+
+
+@settings(max_examples=60)
+@given(
+    t=st.lists(st.floats(0, 1e5, allow_subnormal=False), min_size=1, max_size=12),
+    d=st.integers(4, 64),
+    dtype=st.sampled_from(DTYPES),
+)
+def test_real_timesteps_are_the_reference_rounded_once(t, d, dtype):
+    t = np.asarray(t, dtype=np.float64)
+    got = posenc.encode(t, d, preset="timestep", dtype=_dtype_for("numpy", dtype))
+    assert_correctly_rounded(got, ref.timestep(t, d), slack=_slack(float(t.max()), dtype))
+
+
+GRIDS = {
+    "mae": (lambda s, d: ref.mae(d, s), 4),
+    "timm-2d": (lambda s, d: ref.timm_2d(s, d), 4),
+    "hf-2d": (lambda s, d: ref.hf_2d(s[0], s[1], d), 4),
+    "t2t-nd": (lambda s, d: ref.t2t_nd(s, d), 4),
+    "tatp22": (lambda s, d: ref.tatp22(s, d), 1),
+}
+
+
+@settings(max_examples=60)
+@given(
+    preset=st.sampled_from(sorted(GRIDS)),
+    shape=st.tuples(st.integers(1, 12), st.integers(1, 12)),
+    d=st.integers(8, 96),
+    dtype=st.sampled_from(DTYPES),
+)
+def test_grids_are_the_reference_rounded_once(preset, shape, d, dtype):
+    reference, multiple = GRIDS[preset]
+    d -= d % multiple
+    if preset == "mae" and shape[0] != shape[1]:
+        shape = (shape[0], shape[0])  # MAE's reference takes square grids
+    got = posenc.grid(shape, d, preset=preset, dtype=_dtype_for("numpy", dtype))
+    assert_correctly_rounded(got, reference(shape, d), slack=_slack(12, dtype))
+
+
+@settings(max_examples=40)
+@given(
+    preset=st.sampled_from(sorted(ONE_D)),
+    positions=st.lists(st.integers(-(2**27) + 1, 2**27 - 1), min_size=1, max_size=20),
+    d=st.integers(4, 48),
+    dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+)
+def test_every_backend_gives_the_same_bits(preset, positions, d, dtype):
+    d -= d % 2 if ONE_D[preset][1] == "even" else 0
+    pos = np.asarray(positions, dtype=np.int32)  # int32: exact in JAX without x64
+    if preset == "timestep":
+        pos = np.abs(pos.astype(np.int64)).astype(np.int32)
+    opts = OPTIONS.get(preset, {})
+    want = to_numpy(posenc.encode(pos, d, preset=preset, dtype=_dtype_for("numpy", dtype), **opts))
+    assert np.isfinite(want).all()
+    for name, make in BACKENDS.items():
+        kw = {"dtype": _dtype_for(name, dtype)} if name in ("numpy", "torch") else {}
+        if name not in ("numpy", "torch") and dtype != "float32":
+            continue  # JAX and the Array API follow their inputs' float32 default
+        got = to_numpy(posenc.encode(make(pos), d, preset=preset, **opts, **kw))
+        assert got.dtype == want.dtype, name
+        assert np.array_equal(got, want), name
+
+
+# every rejection names the argument ----------------------------------------------------------
+
+BAD_VALUES = st.sampled_from(
+    [-1, 0.5, "3", True, None, 10**30, 10**400, math.nan, math.inf, -math.inf, 1j, [1], "bogus"]
+)
+# argument -> a call with it set to the value; arguments that take a real accept some ints
+CALLS = {
+    "length": lambda v: posenc.table(v, 8),
+    "dim": lambda v: posenc.table(4, v),
+    "offset": lambda v: posenc.table(4, 8, offset=v),
+    "base": lambda v: posenc.table(4, 8, base=v),
+    "max_timescale": lambda v: posenc.table(4, 8, preset="tensor2tensor", max_timescale=v),
+    "padding_idx": lambda v: posenc.table(4, 8, preset="fairseq", padding_idx=v),
+    "scale": lambda v: posenc.table(4, 8, preset="timestep", scale=v),
+    "max_period": lambda v: posenc.table(4, 8, preset="timestep", max_period=v),
+    "flip_sin_to_cos": lambda v: posenc.table(4, 8, preset="timestep", flip_sin_to_cos=v),
+    "cls_token": lambda v: posenc.grid((2, 2), 16, preset="mae", cls_token=v),
+    "shape": lambda v: posenc.grid((2, v), 16, preset="mae"),
+    "channels": lambda v: posenc.table(4, 8, channels=v),
+    "dtype": lambda v: posenc.table(4, 8, dtype=v),
+    "preset": lambda v: posenc.table(4, 8, preset=v),
+}
+ACCEPTED = {  # values that are valid for an argument, so not a rejection to check
+    "length": {0},  # an empty table
+    "offset": {-1, 0.5},
+    "base": {0.5, 10**30},
+    "max_timescale": {0.5, 10**30},
+    "padding_idx": {None},
+    "scale": {-1, 0.5},
+    "max_period": {0.5, 10**30},
+    "channels": {None},
+    "dtype": {None},
+    "flip_sin_to_cos": {True},
+    "cls_token": {True},
+}
+
+
+@settings(max_examples=150)
+@given(argument=st.sampled_from(sorted(CALLS)), value=BAD_VALUES)
+def test_every_rejection_names_the_argument(argument, value):
+    accepted = ACCEPTED.get(argument, set())
+    if any(value is a or (type(value) is type(a) and value == a) for a in accepted):
+        CALLS[argument](value)  # valid: must simply work
+        return
+    name = "`shape" if argument == "shape" else f"`{argument}`"  # shape names the axis too
+    with raises(name) as info:
+        CALLS[argument](value)
+    assert "Traceback" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "rule"),
+    [
+        (np.array([1.0, np.nan]), "finite"),
+        (np.array([1.0, np.inf]), "finite"),
+        (np.array([True, False]), "bool"),
+        (np.array([1 + 2j]), "complex"),
+    ],
+)
+def test_bad_positions_are_refused_by_every_backend(backend, values, rule):
+    name, make = backend
+    if name == "jax" and values.dtype.kind == "c":
+        values = values.astype(np.complex64)  # JAX without x64
+    if name == "jax" and values.dtype == np.float64:
+        values = values.astype(np.float32)
+    with raises("`positions`", rule):
+        posenc.encode(make(values), 8)
