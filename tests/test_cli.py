@@ -669,12 +669,11 @@ def _argv(data, out_dir: Path) -> list[str]:
 def test_fuzz_arguments_never_show_a_traceback():
     import tempfile
 
-    from hypothesis import given, settings
+    from hypothesis import given
     from hypothesis import strategies as st
 
     pytest.importorskip("matplotlib")
 
-    @settings(max_examples=150)
     @given(data=st.data())
     def check(data):
         with tempfile.TemporaryDirectory() as tmp:
@@ -688,14 +687,13 @@ def test_fuzz_arguments_never_show_a_traceback():
 def test_fuzz_identify_on_random_and_damaged_files(tmp_path):
     import tempfile
 
-    from hypothesis import given, settings
+    from hypothesis import given
     from hypothesis import strategies as st
 
     originals = {p.suffix: p.read_bytes() for p in _bad_files(tmp_path).values() if p.is_file()}
     for ext in ("npy", "pt", "safetensors", "npz"):
         originals[f".{ext}"] = (tmp_path / f"ok.{ext}").read_bytes()
 
-    @settings(max_examples=150)
     @given(
         ext=st.sampled_from(sorted(originals)),
         how=st.sampled_from(["random", "truncate", "flip"]),

@@ -581,13 +581,23 @@ def round_once(x64: Any, dtype: Any, ops: Ops) -> Any:
     return ops.astype(x64, dtype)
 
 
+def dtype_name(dtype: Any) -> str:
+    """``float32``, ``bfloat16``… of a float dtype of any library (NumPy, torch, JAX,
+    array-api-strict); ``None`` is posenc's default, float32."""
+    if dtype is None:
+        return "float32"
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(getattr(dtype, "name", None) or dtype).rsplit(".", 1)[-1]
+
+
 def _itemsize(dtype: Any) -> int:
-    """Bytes of a float dtype of any library (NumPy, torch, JAX, array-api-strict)."""
+    """Bytes of a float dtype of any library."""
     size = getattr(dtype, "itemsize", None)
     if isinstance(size, int):
         return size
-    name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
-    return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(name, 8)
+    return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(dtype_name(dtype), 8)
 
 
 NUMPY_OPS = NumpyOps()

@@ -34,6 +34,7 @@ from ._backends import (
     _itemsize,
     array_namespace,
     backend_for,
+    dtype_name,
     is_torch,
 )
 from ._engine import fill_grid, fill_points
@@ -193,19 +194,9 @@ def _x64() -> bool:
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
-def _dtype_name(dtype: Any) -> str:
-    if dtype is None:
-        return "float32"
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        name = getattr(dtype, "name", None) or str(dtype)
-        return str(name).rsplit(".", 1)[-1]
-
-
 def _namespace_dtype(xp: Any, dtype: Any) -> Any:
     """The namespace's float dtype for ``dtype`` (default float32)."""
-    name = _dtype_name(dtype)
+    name = dtype_name(dtype)
     if name not in _FLOATS or not hasattr(xp, name):
         raise PosencError(
             f"`dtype` must be a float dtype of {xp.__name__} (float32, float64"

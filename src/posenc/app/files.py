@@ -160,7 +160,8 @@ def _safetensors(path: Path, array: Any, name: str, meta: dict[str, Any]) -> Non
 
 def _as_float64(array: Any) -> np.ndarray:
     if isinstance(array, np.ndarray):
-        return array.astype(np.float64)
+        with np.errstate(invalid="ignore"):  # signalling NaNs from a damaged file stay NaN
+            return array.astype(np.float64)
     return array.detach().cpu().double().numpy()
 
 

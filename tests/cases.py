@@ -1,0 +1,350 @@
+"""The catalogue of inputs and what each gets: the source of docs/errors.md.
+
+Each case is code a user writes (Python, or a ``posenc`` command line) and what it must get:
+a `PosencError` (or, for the command, exit status 2 and one line) whose message holds every
+fragment (the argument, the rule, the value), or, for a valid call, a property of the result
+(``out``) checked against an independent reference. `tests/test_errors.py` runs every case;
+``python -m tests.cases`` writes docs/errors.md from the catalogue and the messages the cases
+actually produce, and a test checks the file lists every case with its fragments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import posenc
+
+
+@dataclass(frozen=True)
+class Case:
+    area: str
+    code: str  # Python, or a command line starting with "posenc "
+    expect: tuple[str, ...] = ()  # fragments of the error message (a rejection)
+    holds: str = ""  # a valid call: a property of its result `out`
+
+    @property
+    def command(self) -> bool:
+        return self.code.startswith("posenc ")
+
+
+def _area(title: str, *rows: tuple[str, Any]) -> list[Case]:
+    out = []
+    for code, want in rows:
+        if isinstance(want, str):
+            out.append(Case(title, code, holds=want))
+        else:
+            out.append(Case(title, code, expect=tuple(want)))
+    return out
+
+
+CASES: list[Case] = [
+    # Sizes, widths, presets and options
+    *_area(
+        "Sizes, widths, presets and options",
+        ("posenc.table(-1, 8)", ("`length`", ">= 0", "-1")),
+        ("posenc.table(2.5, 8)", ("`length`", "integer", "2.5")),
+        ("posenc.table(True, 8)", ("`length`", "integer", "True")),
+        ("posenc.table(10, 0)", ("`dim`", ">= 1", "0")),
+        ("posenc.table(10, 7)", ("`dim`", "multiple of 2", "'vaswani'", "got 7")),
+        ('posenc.table(10, 7, preset="whisper")', ("`dim`", "multiple of 2", "got 7")),
+        ('posenc.table(10, 8, preset="vasvani")', ("`preset`", "unknown", "'vaswani'")),
+        ("posenc.table(10, 8, bse=3)", ("unknown option `bse`", "'base'")),
+        ('posenc.table(10, 8, preset="whisper", max_timescal=3)', ("'max_timescale'",)),
+        ('posenc.table(10, 8, preset="mae")', ("encodes 2 axes", "posenc.grid")),
+        ('posenc.table(10, 2, preset="whisper")', ("too small", "smallest width it takes is 4")),
+        ('posenc.table(10, 3, preset="fairseq")', ("too small", "dim=3", "is 4")),
+        ("posenc.table(10, 8, offset=math.nan)", ("`offset`", "finite")),
+        ("posenc.table(10, 8, base=-1.0)", ("`base`", "> 0", "-1")),
+        ("posenc.table(10, 8, dtype=np.int32)", ("`dtype`", "float16", "int32")),
+        (
+            'posenc.table(10, 8, preset="timestep", flip_sin_to_cos=1)',
+            ("`flip_sin_to_cos`", "True or False"),
+        ),
+        ("posenc.grid((14, 14), 30)", ("`dim`", "multiple of 4", "'mae'", "got 30")),
+        ('posenc.grid((2, 4, 4), 24, preset="diffusers-3d")', ("multiple of 16", "got 24")),
+        ('posenc.grid((3, 3), 4, preset="t2t-nd")', ("too small", "n=1")),
+        (
+            'posenc.grid((3, 3), 3, preset="tatp22", cls_token=True)',
+            ("unknown option `cls_token`",),
+        ),
+        ('posenc.grid((3, 3, 3), 8, preset="mae")', ("`shape`", "2 axes")),
+        ("posenc.grid((3, -3), 8)", ("`shape[1]`", ">= 0")),
+        ('posenc.grid("3x3", 8)', ("`shape`", "'3x3'")),
+        ('posenc.grid((4, 4), 8, preset="nerf")', ("multiple of 4", "included inputs", "got 8")),
+        ("posenc.encode([1.0, math.nan], 8)", ("`positions`", "finite", "nan")),
+        ("posenc.encode([1.0, math.inf], 8)", ("`positions`", "finite", "inf")),
+        ('posenc.encode(["a"], 8)', ("`positions`", "numbers")),
+        ("posenc.encode([True, False], 8)", ("`positions`", "bool")),
+        ("posenc.encode([1 + 2j], 8)", ("`positions`", "complex")),
+        (
+            'posenc.encode([[0, 1]], 8, preset="mae", cls_token=True)',
+            ("`cls_token`", "grid() only"),
+        ),
+        ('posenc.encode([0, 1, 2], 8, preset="mae")', ("last axis of 2", "(3,)")),
+        ('posenc.encode([0, 1], 8, preset="mae", ndim=3)', ("`ndim`", "must be 2", "3")),
+        ("posenc.detr(np.zeros((1, 4, 4), bool), 64, scale=3.0)", ("`scale`", "normalize=True")),
+        ("posenc.detr(np.zeros((4, 4), bool), 64)", ("`mask`", "[batch, H, W]", "(4, 4)")),
+        ("posenc.detr(np.zeros((1, 4, 4)), 64)", ("`mask`", "boolean", "float64")),
+        ("posenc.detr(np.zeros((1, 4, 4), bool), 30)", ("`dim`", "multiple of 4", "30")),
+        ('posenc.preset("nope")', ("`preset` 'nope' is unknown", "presets are")),
+    ),
+    # Flags, module inputs and custom encodings
+    *_area(
+        "Flags, module inputs and custom encodings",
+        ('PositionalEncoding(8, batch_first="no")', ("`batch_first`", "True or False")),
+        (
+            'SinusoidalEmbedding(8, preset="fairseq", padding_idx=1, from_tokens="no")',
+            ("`from_tokens`", "'no'"),
+        ),
+        (
+            "PositionalEncoding(8)(torch.zeros(1, 2, 8), offset=torch.tensor([True]))",
+            ("`offset`", "torch.bool"),
+        ),
+        ("posenc.fairseq_positions([[1, 2]], padding_idx=1.5)", ("`padding_idx`", "1.5")),
+        ('posenc.Encoding(widths="bogus")', ("`widths`", "'exact'", "'bogus'")),
+        ('posenc.Encoding(layout="halfs")', ("`layout`", "'halves'")),
+        ("posenc.Encoding(base=-1.0)", ("`base`", "> 0", "-1.0")),
+        ("posenc.Encoding(base=math.nan)", ("`base`", "finite")),
+        ('posenc.Encoding(base="1e4")', ("`base`", "real number", "'1e4'")),
+        ("posenc.Encoding(min_timescale=0.0)", ("`min_timescale`", "> 0")),
+        ("posenc.Encoding(axis_order=(0, 0))", ("`axis_order`", "permutation")),
+        ("posenc.Encoding(fractions=(0.5, 0.6))", ("`fractions`", "add up to 1")),
+        ("posenc.Encoding(ndim=0)", ("`ndim`", ">= 1")),
+    ),
+    # Options and positions that would give NaN or inf
+    *_area(
+        "Options and positions that would give NaN or inf",
+        (
+            'posenc.table(4, 8, preset="tensor2tensor", min_timescale=1e-320)',
+            ("frequencies", "overflow", "min_timescale"),
+        ),
+        ('posenc.table(4, 8, preset="timestep", max_period=1e-320)', ("frequencies", "overflow")),
+        (
+            'posenc.table(4, 8, preset="timestep", scale=1e308)',
+            ("`offset` and `length`", "2^27", "`scale`=1e+308", "1e+308"),
+        ),
+        (
+            'posenc.grid((4, 4), 16, preset="diffusers-2d", interpolation_scale=1e-310)',
+            ("`interpolation_scale`", "finite"),
+        ),
+        ('posenc.table(4, 2049, preset="nerf")', ("finite angles",)),
+        (
+            'posenc.table(4, 8, preset="tensor2tensor", min_timescale=1e3, offset=1e6)',
+            ("`offset` and `length`", "2^27", "`min_timescale`=1000.0", "is 1000"),
+        ),
+        (
+            "posenc.table(4, 8, preset=custom(base=1.0, min_timescale=1e300))",
+            ("frequencies", "overflow", "min_timescale=1e+300"),
+        ),
+        ("posenc.encode([2.0**30], 8)", ("`positions`", "2^27", "1.07374e+09")),
+        (
+            "posenc.table(10**30, 8)",
+            ("`length`", "<= 9223372036854775807", "1000000000000000000000000000000"),
+        ),
+        (
+            'posenc.encode(np.array([1e6]), 3, preset="nerf", dtype=np.float16)',
+            ("fit the output dtype", "65504"),
+        ),
+    ),
+    # Sizes, memory and types that used to fail deep inside
+    *_area(
+        "Sizes, memory and types that used to fail deep inside",
+        ("posenc.table(4, 8, offset=10**400)", ("`offset`", "finite")),
+        ("posenc.table(4, 10**30)", ("`dim`", "<= 1048576")),
+        ("posenc.grid((10**6, 10**6), 16)", ("the output needs", "GiB", "memory here")),
+        (
+            "posenc.table(2**26, 1024, dtype=np.float64)",
+            ("the output needs", "512 GiB", "memory here"),
+        ),
+        ('posenc.grid((3, 3), 16, preset="mae", dtype="int8")', ("`dtype`", "int8")),
+        ('posenc.encode(np.array(["a"]), 8)', ("`positions`", "<U1")),
+        ("posenc.encode([[1, 2], [3]], 8)", ("`positions`", "one shape")),
+    ),
+    *_area(
+        "Non-finite positions, in every entry point",
+        ("posenc.encode(np.array([1.0, np.nan]), 8)", ("`positions`", "finite", "nan")),
+        ("posenc.torch.encode(torch.tensor([1.0, math.inf]), 8)", ("`positions`", "finite")),
+        ("Timesteps(8)(torch.tensor([1.0, math.inf]))", ("finite", "inf")),
+        ("Timesteps(8)(torch.tensor([math.nan]))", ("finite", "nan")),
+        (
+            "PositionalEncoding(8)(torch.zeros(1, 2, 8), torch.tensor([0.0, math.nan]))",
+            ("finite", "nan"),
+        ),
+        ("posenc.encode(np.array([2**64 - 1], dtype=np.uint64), 8)", ("`positions`", "2^53")),
+        ("posenc.context_parallel_positions(4, 0, 1, offset=2**63 - 1)", ("`offset`", "<=")),
+    ),
+    *_area(
+        "Valid calls that used to fail or answer wrong",
+        (
+            "PositionalEncoding(64).half().float()(torch.zeros(1, 100, 64))",
+            "same(out[0], posenc.table(100, 64, dtype=torch.float32))",
+        ),
+        (
+            "PositionalEncoding(8, cached_length=4)(torch.zeros(1, 4, 8), "
+            "torch.tensor([0, 0, 0, 1], dtype=torch.uint8))",
+            "same(out[0], posenc.encode(np.array([0, 0, 0, 1]), 8))",
+        ),
+        (
+            "posenc.encode(np.array([7, 2**20], dtype=np.uint64), 8)",
+            "same(out, posenc.encode(np.array([7, 2**20]), 8))",
+        ),
+        (
+            'posenc.table(64, 21, preset="nerf", dtype=torch.float32)',
+            'same(out, posenc.table(64, 21, preset="nerf"))',
+        ),
+        (
+            'posenc.encode(torch.tensor([[1, 2], [300, 4000]]), 63, preset="tatp22", ndim=2)',
+            "same(out, posenc.encode(np.array([[1, 2], [300, 4000]]), 63, "
+            'preset="tatp22", ndim=2))',
+        ),
+        (
+            "posenc.detr(np.zeros((1, 4, 4), bool), 64, dtype=torch.float32)",
+            "same(out, posenc.detr(np.zeros((1, 4, 4), bool), 64))",
+        ),
+        (
+            'PositionalEncoding(3, preset="nerf")(torch.zeros(1, 5, 3))',
+            'same(out[0], posenc.table(5, 3, preset="nerf"))',
+        ),
+        ('posenc.table(4, 8, device="meta")', "out.is_meta and tuple(out.shape) == (4, 8)"),
+        (
+            'posenc.grid((0, 4), 16, preset="diffusers-2d")',
+            "out.shape == (0, 16)",
+        ),
+        (
+            'posenc.encode(np.float32([12345.678]), 320, preset="timestep")',
+            "np.abs(out - ref.timestep(np.float32([12345.678]), 320)).max() < 2**-24",
+        ),
+    ),
+    *_area(
+        "The command line",
+        ("posenc table mae --grid 0,4 -o x.npy", ("--grid", ">= 1", "'0,4'")),
+        ("posenc table mae --offset 3 -o x.npy", ("`--offset`", "1-D", "3")),
+        ("posenc table mae --length 9 -o x.npy", ("`--length`", "1-D", "9")),
+        ("posenc plot vaswani --length 0 -o x.png", ("--length", ">= 1", "'0'")),
+        ("posenc table vaswani --length 10**30 -o x.npy", ("--length", "'10**30'")),
+        ("posenc table vaswani --set base=1e400 -o x.npy", ("`base`", "finite")),
+        ("posenc table vaswani --offset 1e400 -o x.npy", ("`offset`", "finite")),
+        ("posenc table vaswani --dtype bfloat16 -o x.npy", ("bfloat16", ".npy")),
+        ("posenc plot vaswani --kind heatmap --dims 1 -o x.png", ("`--dims`", "curves")),
+        ("posenc table vasvani -o x.npy", ("`preset`", "unknown", "'vaswani'")),
+        ("posenc identify missing.npy", ("does not exist",)),
+        ("posenc identify table.txt", ("FILE must be one of",)),
+    ),
+]
+
+
+# -- running a case ---------------------------------------------------------------------------
+
+
+def namespace() -> dict[str, Any]:
+    """What the code of a case may use."""
+    import torch
+
+    import posenc.torch
+    from posenc.torch import PositionalEncoding, SinusoidalEmbedding, Timesteps
+    from tests import reference as ref
+    from tests.helpers import to_numpy
+
+    def custom(**fields: Any) -> posenc.Preset:
+        return posenc.Preset("custom", "a test", "a test", posenc.Encoding(**fields))
+
+    def same(a: Any, b: Any) -> bool:
+        return bool(np.array_equal(to_numpy(a), to_numpy(b)))
+
+    return {
+        "posenc": posenc,
+        "np": np,
+        "math": math,
+        "torch": torch,
+        "ref": ref,
+        "custom": custom,
+        "same": same,
+        "PositionalEncoding": PositionalEncoding,
+        "SinusoidalEmbedding": SinusoidalEmbedding,
+        "Timesteps": Timesteps,
+    }
+
+
+def run(case: Case) -> tuple[str, Any]:
+    """``("error", message)``, ``("value", out)`` or, for a command, ``(exit status, stderr)``."""
+    if case.command:
+        return _command(case.code.split()[1:])
+    try:
+        return "value", eval(case.code, namespace())
+    except posenc.PosencError as err:
+        return "error", str(err)
+
+
+def _command(argv: list[str]) -> tuple[str, Any]:
+    from posenc.app import cli
+
+    err = io.StringIO()
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        Path("table.txt").write_text("1,2\n")
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    code = cli.main(argv)
+                except SystemExit as stop:
+                    code = int(stop.code or 0)
+        finally:
+            os.chdir(here)
+    return str(code), err.getvalue()
+
+
+# -- docs/errors.md ---------------------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+INTRO = """# Every input and what it gets
+
+posenc either returns the exact value or raises `posenc.PosencError` (a `ValueError`) naming
+the argument, the rule and the value, before any work is done. The command line prints that
+message as one line and exits with status 2. This page lists the inputs of the adversarial
+audit (issue 12), class by class, with the message each one gets.
+
+Generated by `python -m tests.cases` from `tests/cases.py`; `tests/test_errors.py` runs every
+case and checks that this page lists each one with its message. Numbers that depend on the
+machine (memory, free disk) are those of the machine that wrote the page.
+"""
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def render() -> str:
+    out = [INTRO]
+    area = None
+    for case in CASES:
+        if case.area != area:
+            area = case.area
+            out += [f"\n## {area}\n", "| input | what it gets |", "|---|---|"]
+        kind, got = run(case)
+        if case.command:
+            what = f"exit {kind}: {_cell(got)}"
+        elif kind == "error":
+            what = f"`PosencError`: {_cell(got)}"
+        else:
+            what = f"the value: `{_cell(case.holds)}`"
+        out.append(f"| `{_cell(case.code)}` | {what} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    text = render()
+    if "--check" in sys.argv:
+        sys.exit(0 if DOC.read_text() == text else 1)
+    DOC.write_text(text)
+    print(f"wrote {DOC} ({len(CASES)} cases)")
