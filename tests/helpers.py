@@ -106,15 +106,17 @@ def within_float32(got: Any, want: np.ndarray, *, scale: float = 1.0) -> None:
     assert err <= FLOAT32_HALF_ULP * scale + 1e-12, f"max error {err:.3g}"
 
 
-def within_ulps(a: Any, b: Any, n: int = 1) -> None:
+def within_ulps(a: Any, b: Any, n: int = 1, *, min_equal: float = 0.0) -> None:
     """Two paths that each round the same float64 values once (with float64 sines that may
-    differ in the last bit) agree within ``n`` units in the last place of their dtype."""
+    differ in the last bit) agree within ``n`` units in the last place of their dtype, and at
+    least a fraction ``min_equal`` of the values are the same bits."""
     dtype = dtype_name(a)
     assert dtype == dtype_name(b), (dtype, dtype_name(b))
     x, y = as_float64(a), as_float64(b)
     assert x.shape == y.shape
     bad = np.abs(x - y) > n * ulp(np.maximum(np.abs(x), np.abs(y)), dtype)
     assert not bad.any(), f"{bad.sum()} values differ by more than {n} ulp"
+    assert (x == y).mean() >= min_equal, f"only {(x == y).mean():.4f} of the values are equal"
 
 
 def _backends() -> dict[str, Callable[[np.ndarray], Any]]:

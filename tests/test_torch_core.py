@@ -19,7 +19,7 @@ def test_table_torch_matches_numpy(preset):
     got = posenc.table(3000, 64, preset=preset, dtype=torch.float32, offset=5)
     assert isinstance(got, torch.Tensor)
     assert got.dtype == torch.float32
-    within_ulps(got, posenc.table(3000, 64, preset=preset, offset=5))
+    within_ulps(got, posenc.table(3000, 64, preset=preset, offset=5), min_equal=0.999)
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_grid_torch_matches_numpy(preset, shape, dim):
     got = posenc.grid(shape, dim, preset=preset, device="cpu")
     assert isinstance(got, torch.Tensor)
     assert got.dtype == torch.get_default_dtype()
-    within_ulps(got, posenc.grid(shape, dim, preset=preset))
+    within_ulps(got, posenc.grid(shape, dim, preset=preset), min_equal=0.999)
 
 
 def test_encode_follows_positions_library_and_dtype():
@@ -45,7 +45,7 @@ def test_encode_follows_positions_library_and_dtype():
     assert got.shape == (2, 3, 16)
     assert got.dtype == torch.float32
     assert got.device == pos.device
-    within_ulps(got, posenc.encode(pos.numpy(), 16))
+    within_ulps(got, posenc.encode(pos.numpy(), 16), min_equal=0.999)
     half = posenc.encode(pos, 16, dtype=torch.float16)
     assert half.dtype == torch.float16
 
