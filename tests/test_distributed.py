@@ -2,7 +2,7 @@
 
 Each rank computes only its shard (context-parallel positions, contiguous or zigzag, packed
 sequences, offsets; tensor-parallel channel ranges); the shards are all-gathered and must equal
-the full table bit for bit.
+the full table bit for bit. Default DDP over the modules broadcasts no encoding bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import posenc
+import posenc.torch
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -97,6 +98,59 @@ def _check_channels(rank: int, world: int) -> None:
     assert torch.equal(torch.cat(_gather(y[0]), dim=1), full)
 
 
+def _check_ddp_broadcasts_nothing(rank: int, world: int) -> None:
+    """Default DDP (broadcast_buffers=True) over modules that hold encodings: they have no
+    buffers, so no step broadcasts any encoding bytes."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict(
+        {
+            "pe": PositionalEncoding(32, cached_length=2048),
+            "grid": posenc.torch.GridEncoding(32, preset="mae"),
+            "proj": torch.nn.Linear(32, 32),
+        }
+    )
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, x):
+            return self.m["proj"](self.m["pe"](x)).sum() + self.m["grid"](x[:, :16], (4, 4)).sum()
+
+    ddp = DistributedDataParallel(Net())
+    assert list(ddp.buffers()) == []
+    assert not ddp.will_sync_module_buffers()
+    sent = []
+    real = dist._broadcast_coalesced
+
+    def counting(group, tensors, *args):
+        sent.append(sum(t.numel() * t.element_size() for t in tensors))
+        return real(group, tensors, *args)
+
+    dist._broadcast_coalesced = counting
+    try:
+        for step in range(3):
+            x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(rank + 10 * step))
+            ddp(x).backward()
+    finally:
+        dist._broadcast_coalesced = real
+    assert sum(sent) == 0, sent
+    # the counter sees a module that does keep a buffer (the old cache was one)
+    control = torch.nn.Linear(4, 4)
+    control.register_buffer("pe", torch.zeros(2048, 32))
+    dist._broadcast_coalesced = counting
+    try:
+        DistributedDataParallel(control)(torch.randn(1, 4)).sum().backward()
+    finally:
+        dist._broadcast_coalesced = real
+    assert sum(sent) >= 2048 * 32 * 4, sent
+    grads = ddp.module.m["proj"].weight.grad
+    assert torch.equal(torch.cat(_gather(grads[None])[:1] * world), torch.cat(_gather(grads[None])))
+
+
 def _worker(rank: int, world: int, port: int, errors: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -104,6 +158,7 @@ def _worker(rank: int, world: int, port: int, errors: str) -> None:
         _check_context(rank, world)
         _check_packed(rank, world)
         _check_channels(rank, world)
+        _check_ddp_broadcasts_nothing(rank, world)
     except Exception:
         with open(f"{errors}.{rank}", "w") as f:
             f.write(traceback.format_exc())

@@ -283,10 +283,13 @@ def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
 
 
 def tracing() -> bool:
-    """Inside ``torch.compile`` or ``torch.export`` (where values cannot be read)."""
+    """Inside ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` (where values cannot
+    be read, and what is recorded must not depend on them)."""
     torch = _torch()
     compiler = getattr(torch, "compiler", None)
-    return bool(compiler is not None and (compiler.is_compiling() or compiler.is_exporting()))
+    if compiler is not None and (compiler.is_compiling() or compiler.is_exporting()):
+        return True
+    return torch is not None and bool(torch.jit.is_tracing())
 
 
 def _foreign_positions(x: Any, name: str) -> Positions:

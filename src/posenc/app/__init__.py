@@ -1,4 +1,6 @@
-"""The posenc application: the ``posenc`` command, table files, figures, the demo, identify.
+"""The posenc application: the ``posenc`` command, table files, figures, the demo.
 
-Kept apart from the library core (``posenc``), which never imports it.
+Kept apart from the library core (``posenc``), which never imports it. The matching behind
+``posenc identify`` is core (``posenc._identify``): checkpoint loading in the torch modules
+uses it too.
 """

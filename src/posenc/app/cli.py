@@ -315,7 +315,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_identify(args: argparse.Namespace) -> int:
-    from .identify import MATCH, identify
+    from .._identify import MATCH, identify
 
     stored = read(Path(args.file), args.name)
     where = f"{args.file}" + (f" [{stored.key}]" if stored.key else "")

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .._api import grid, table
-from .._validate import PosencError
+from ._api import grid, table
+from ._validate import PosencError
 
 # Originals computed in float32 err by ~6e-8 * position; a bf16 copy by up to 2^-8. A table
 # within this of a preset is that preset; a learned table is off by O(1).

@@ -1,0 +1,37 @@
+"""PyTorch modules: drop-in sinusoidal encodings for transformers, ViTs, DETR and diffusion.
+
+Every module holds a preset (an :class:`~posenc.Encoding` and a width) and calls the core,
+which chooses the evaluation (:mod:`posenc._evaluate`): eager calls run the exact engine, and
+traced ones (``torch.compile(fullgraph=True)``, ``torch.export``, ONNX) the same float64
+formula in torch ops; meta inputs give meta outputs. Angles are formed in float64 and the
+result is rounded once to the dtype of the activations (to odd first for 16-bit dtypes), so
+``module.to(torch.bfloat16)``, ``.half()`` and autocast never degrade the encoding.
+
+No table is saved, and the modules have no buffers (DDP and FSDP have nothing to broadcast). A
+checkpoint that holds a table under a key the original modules used (``pe``, ``weights``,
+``pos_embed``, ``positional_embedding``) is compared with the module's own encoding when it
+loads: the same sinusoid loads quietly; anything else (a learned or fine-tuned table, another
+convention, another width) is an error that says what the table is, and ``strict=False`` drops
+it with a warning instead. :class:`PositionalEncoding`
+and :class:`SinusoidalEmbedding` keep a table of the first ``cached_length`` positions, outside
+the buffers, in the module's dtype and on its device: ``.to()``, ``.half()``, ``.float()``,
+``.cuda()`` and ``to_empty()`` rebuild it, so it never holds stale numbers.
+
+Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
+"""
+
+from __future__ import annotations
+
+from .diffusion import Timesteps
+from .sequence import PositionalEncoding, SinusoidalEmbedding, encode, packed_positions
+from .vision import DetrSineEncoding, GridEncoding
+
+__all__ = [
+    "DetrSineEncoding",
+    "GridEncoding",
+    "PositionalEncoding",
+    "SinusoidalEmbedding",
+    "Timesteps",
+    "encode",
+    "packed_positions",
+]

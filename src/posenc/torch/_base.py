@@ -1,0 +1,160 @@
+"""What every posenc module shares: a preset resolved once, the dtype and device it was built
+for or moved to (no buffers), the checkpoint check, and the cached first rows of 1D modules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .. import _api
+from .._layout import Plan, channel_plan, check_channels
+from .._presets import get_preset
+from .._validate import PosencError, Positions, as_positions, check_device, check_int
+from ._checkpoint import check_saved_tables
+
+
+class _Module(nn.Module):
+    """What every module shares: a preset resolved once, and the dtype and device the module
+    was built for or moved to (tracked through ``_apply``, so ``.to()``, ``.half()``,
+    ``to_empty()`` and friends reach it without a buffer that DDP would broadcast)."""
+
+    def __init__(
+        self, preset: str, options: dict[str, Any], *, grid: bool, device: Any, dtype: Any
+    ) -> None:
+        super().__init__()
+        p = get_preset(preset)
+        self.preset = p.name
+        self.options = dict(options)
+        self.enc = p.resolve(self.options, grid=grid)
+        self.label = p.label(self.options)  # how errors name the preset and its options
+        dtype = dtype or torch.get_default_dtype()
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise PosencError(f"`dtype` must be a floating torch dtype, got {dtype!r}")
+        probe = torch.empty(0, dtype=dtype, device=_api_device(device))
+        self._dtype, self._device = probe.dtype, probe.device
+        self._register_load_state_dict_pre_hook(check_saved_tables, with_module=True)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _Module:
+        super()._apply(fn, recurse)
+        probe = fn(torch.empty(0, dtype=self._dtype, device=self._device))
+        if (probe.dtype, probe.device) != (self._dtype, self._device):
+            self._dtype, self._device = probe.dtype, probe.device
+            self._moved()
+        return self
+
+    def _moved(self) -> None:
+        """Called after the module's dtype or device changed."""
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """``torch.jit.script`` asks this first: say plainly what to use instead."""
+        raise PosencError(
+            f"{type(self).__name__} cannot be compiled by torch.jit.script: its forward calls "
+            "posenc's Python core, which TorchScript cannot type. Use torch.compile, "
+            "torch.export or torch.onnx.export (dynamic lengths), or torch.jit.trace"
+        )
+
+    def _expected_table(self, rows: int) -> np.ndarray | str:
+        """This module's own ``[rows, width]`` table in float64, to compare a checkpoint's
+        with (:mod:`posenc.torch._checkpoint`), or why it has none."""
+        return "is not a table this module has"
+
+    def _largest_position(self, rows: int) -> int:
+        """The largest position in a table of ``rows`` rows."""
+        return rows
+
+
+def _traceable(plan: Plan) -> Plan:
+    """A plan whose constants are computed now, so a tracer only reads attributes."""
+    plan.constants  # noqa: B018
+    return plan
+
+
+def _api_device(device: Any) -> torch.device:
+    return check_device(torch, "cpu" if device is None else device)
+
+
+class _Cached(_Module):
+    """The shared part of the 1D modules: a preset, and a table of the first rows."""
+
+    def __init__(
+        self,
+        dim: int,
+        preset: str,
+        cached_length: int,
+        device: Any,
+        dtype: Any,
+        options: dict[str, Any],
+        channels: slice | None,
+    ) -> None:
+        super().__init__(preset, options, grid=False, device=device, dtype=dtype)
+        if self.enc.ndim not in (1, None):
+            raise PosencError(
+                f"preset {self.preset!r} encodes {self.enc.ndim} axes; it cannot serve a "
+                "sequence module"
+            )
+        self.dim = check_int("dim", dim, minimum=1)
+        self.channels = check_channels(channels, self.dim)
+        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.label, self.channels))
+        self.width = self._plan.dim
+        self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
+        self.reset_parameters()
+
+    @property
+    def cache(self) -> Tensor:
+        """The kept table ``[cached_length, width]``, in the module's dtype and device."""
+        return self._table
+
+    def reset_parameters(self) -> None:
+        """(Re)build the table of the first ``cached_length`` rows."""
+        positions = torch.arange(self.cached_length, device=self._device)
+        self._table = self._computed(as_positions(positions), self._dtype)
+
+    def _moved(self) -> None:
+        self.reset_parameters()
+
+    def _computed(self, pos: Positions, dtype: torch.dtype) -> Tensor:
+        return _api.evaluate_points(
+            self._plan, pos, coords=False, dtype=dtype, padding_idx=self.enc.padding_idx
+        )
+
+    def _expected_table(self, rows: int) -> np.ndarray | str:
+        cpu = torch.arange(rows)
+        table = self._computed(as_positions(cpu), torch.float64)
+        return table.numpy()
+
+    def _usable(self, length: int, dtype: torch.dtype, device: torch.device) -> bool:
+        if torch.compiler.is_exporting() or torch.jit.is_tracing():
+            return False  # first: a size test would specialise the export or the trace
+        return dtype == self._dtype and device == self._device and length <= self.cached_length
+
+    def _rows(self, positions: Tensor | Positions, dtype: torch.dtype) -> Tensor:
+        """Rows for explicit positions (checked once): eager integer positions inside the
+        table are gathered from it (the same bits: the table is the core's); others are
+        computed. Traced and meta positions have no known bounds, so they are computed."""
+        pos = positions if isinstance(positions, Positions) else as_positions(positions)
+        if (
+            pos.integral
+            and pos.low is not None
+            and pos.high is not None
+            and pos.low >= 0
+            and pos.high < self.cached_length
+            and pos.values.numel()
+            and self._usable(0, dtype, pos.values.device)
+        ):
+            return self._table[pos.values]
+        return self._computed(pos, dtype)
+
+    def extra_repr(self) -> str:
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        shard = "" if self.channels is None else f", channels={self.channels!r}"
+        return (
+            f"{self.dim}, preset={self.preset!r}{opts}{shard}, cached_length={self.cached_length}"
+        )
+
+
+def _short(values: list[Any]) -> str:
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, …]"

@@ -1,0 +1,58 @@
+"""Diffusion modules: the timestep embedding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from .. import _api
+from .._layout import channel_plan
+from .._validate import as_positions, check_int
+from ._base import _Module, _traceable
+
+
+class Timesteps(_Module):
+    """The diffusion timestep embedding (diffusers ``Timesteps`` / ``get_timestep_embedding``).
+
+    Args:
+        dim: channels (``num_channels``).
+        flip_sin_to_cos: ``[cos | sin]`` (Stable Diffusion, DiT).
+        downscale_freq_shift: ``s`` in ``max_period ** (-k / (n - s))`` (1; 0 for SD).
+        scale: multiplies the timesteps.
+        max_period: largest period (10000).
+
+    Shapes:
+        - timesteps: ``[n]`` (any shape ``[*]``), integer or real.
+        - output: ``[*, dim]`` in the module's dtype (float32 unless moved).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        flip_sin_to_cos: bool = False,
+        downscale_freq_shift: float = 1,
+        scale: float = 1,
+        max_period: float = 10000,
+        *,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        options = {
+            "flip_sin_to_cos": flip_sin_to_cos,
+            "downscale_freq_shift": downscale_freq_shift,
+            "scale": scale,
+            "max_period": max_period,
+        }
+        super().__init__("timestep", options, grid=False, device=device, dtype=dtype)
+        self.dim = check_int("dim", dim, minimum=1)
+        self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.label, None))
+
+    def forward(self, timesteps: Tensor) -> Tensor:
+        pos = as_positions(timesteps, "timesteps")
+        return _api.evaluate_points(
+            self._plan, pos, coords=False, dtype=self._dtype, padding_idx=None
+        )
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, " + ", ".join(f"{k}={v!r}" for k, v in self.options.items())

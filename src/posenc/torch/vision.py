@@ -1,0 +1,159 @@
+"""Vision modules: grid encodings of ViT tokens, and DETR's mask-aware sine encoding."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import _api
+from .._layout import Plan, channel_plan, check_channels
+from .._positions import grid_shape
+from .._validate import PosencError, check_int
+from ._base import _Module, _traceable
+
+
+class GridEncoding(_Module):
+    """Adds a grid encoding to ViT tokens, for any grid size per call.
+
+    Args:
+        dim: channels.
+        preset: ``mae`` (default), ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``, ``hf-2d``,
+            ``detr``, or an N-D one (``t2t-nd``, ``tatp22``).
+        channels: ``slice(start, stop)``: only these channels (tensor parallelism).
+        device, dtype: the default device and dtype of the output (they follow ``.to()``).
+        num_prefix_tokens: leading all-zero rows for class and register tokens (timm's name),
+            whatever the preset's own option says.
+        **options: the preset's options (``cls_token``, ``extra_tokens``, ``reverse_coord``, …);
+            ``extra_tokens`` zero rows lead (class and register tokens).
+
+    Shapes:
+        - x: ``[b, extra + prod(grid), d]``; grid: ``(H, W)`` or ``(T, H, W)``.
+        - output: as ``x``.
+
+    Example:
+        >>> enc = GridEncoding(768, preset="mae", cls_token=True)
+        >>> tokens = enc(tokens, (14, 14))                  # [b, 197, 768]
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        preset: str = "mae",
+        channels: slice | None = None,
+        num_prefix_tokens: int | None = None,
+        device: Any = None,
+        dtype: Any = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(preset, options, grid=True, device=device, dtype=dtype)
+        self.dim = check_int("dim", dim, minimum=1)
+        self.channels = check_channels(channels, self.dim)
+        self.width = self.dim if self.channels is None else len(range(self.dim)[self.channels])
+        self._core_extra = self.enc.extra_tokens  # zero rows posenc.grid leads with
+        self.extra = self._core_extra
+        if num_prefix_tokens is not None:
+            self.extra = check_int("num_prefix_tokens", num_prefix_tokens)
+        self._plans: dict[int, Plan] = {}
+        if self.enc.ndim is not None:  # refuse a bad width now, not in forward
+            self._plan_for(self.enc.ndim)
+
+    def _plan_for(self, ndim: int) -> Plan:
+        if ndim not in self._plans:
+            self._plans[ndim] = _traceable(
+                channel_plan(self.enc, self.dim, ndim, self.label, self.channels)
+            )
+        return self._plans[ndim]
+
+    def encoding(
+        self, grid: tuple[int, ...], *, dtype: torch.dtype | None = None, device: Any = None
+    ) -> Tensor:
+        """``[extra + prod(grid), d]``: the rows ``forward`` adds."""
+        dims = grid_shape(tuple(grid), self.enc.ndim)
+        full = _api.evaluate_grid(
+            self._plan_for(len(dims)),
+            self.enc,
+            dims,
+            dtype=dtype or self._dtype,
+            device=self._device if device is None else device,
+            like=None,
+        )
+        return self._lead(full[self._core_extra :])
+
+    def _expected_table(self, rows: int) -> np.ndarray | str:
+        side = math.isqrt(max(rows - self.extra, 0))
+        if self.enc.ndim not in (2, None) or side * side != rows - self.extra or not side:
+            return (
+                f"does not have the {self.extra} leading rows and H x H rows of a square grid "
+                "this module can compare it with"
+            )
+        table = self.encoding((side, side), dtype=torch.float64, device="cpu")
+        return table.numpy()
+
+    def _largest_position(self, rows: int) -> int:
+        return math.isqrt(max(rows - self.extra, 0))
+
+    def _lead(self, body: Tensor) -> Tensor:
+        if not self.extra:
+            return body
+        zeros = body.new_zeros(self.extra, self.width)
+        return torch.cat((zeros, body), dim=0)
+
+    def forward(self, x: Tensor, grid: tuple[int, ...]) -> Tensor:
+        if x.ndim != 3 or x.shape[-1] != self.width:
+            raise PosencError(f"`x` must be [batch, tokens, {self.width}], got {tuple(x.shape)}")
+        want = self.extra + math.prod(grid)
+        if x.shape[1] != want:
+            raise PosencError(
+                f"`x` must have {want} tokens for grid {tuple(grid)} "
+                f"({self.extra} extra), got {x.shape[1]}"
+            )
+        return x + self.encoding(grid, dtype=x.dtype, device=x.device)
+
+    def extra_repr(self) -> str:
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"{self.dim}, preset={self.preset!r}{opts}"
+
+
+class DetrSineEncoding(_Module):
+    """DETR's ``PositionEmbeddingSine``, reproduced exactly, from a padding mask.
+
+    Args:
+        num_pos_feats: channels per axis (DETR: ``hidden_dim // 2``); output ``2 *`` that.
+        temperature: largest timescale (10000).
+        normalize: divide the 1-based coordinates by the last one (+1e-6), times ``scale``.
+        scale: with ``normalize`` (default ``2*pi``).
+
+    Shapes:
+        - mask: ``[b, H, W]`` bool, True on padding.
+        - output: ``[b, 2 * num_pos_feats, H, W]``: ``[y block | x block]``.
+    """
+
+    def __init__(
+        self,
+        num_pos_feats: int = 64,
+        temperature: float = 10000.0,
+        normalize: bool = False,
+        scale: float | None = None,
+        *,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
+        if scale is not None:
+            opts["scale"] = scale
+        super().__init__("detr", opts, grid=True, device=device, dtype=dtype)
+        self.num_pos_feats = check_int("num_pos_feats", num_pos_feats, minimum=1)
+        self._plan = _traceable(channel_plan(self.enc, 2 * self.num_pos_feats, 2, self.label, None))
+
+    def forward(self, mask: Tensor) -> Tensor:
+        return _api.evaluate_detr(self._plan, self.enc, mask, dtype=self._dtype)
+
+    def extra_repr(self) -> str:
+        return f"num_pos_feats={self.num_pos_feats}, " + ", ".join(
+            f"{k}={v!r}" for k, v in self.options.items()
+        )

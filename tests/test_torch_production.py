@@ -1,0 +1,157 @@
+"""posenc.torch in production (issue 13): checkpoints, TorchScript, tracing.
+
+Tables saved by the modules posenc replaces (transcribed from their code, in float32 as they
+compute) load quietly; learned, fine-tuned, other-convention or other-width tables are an
+error that says what they are, and ``strict=False`` drops them with a warning.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests import reference as ref
+from tests.helpers import raises
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from posenc.torch import (  # noqa: E402
+    DetrSineEncoding,
+    GridEncoding,
+    PositionalEncoding,
+    SinusoidalEmbedding,
+    Timesteps,
+)
+
+
+class TutorialPositionalEncoding(nn.Module):
+    """The PyTorch tutorial's module (``pe`` buffer ``[max_len, 1, d_model]``, float32)."""
+
+    def __init__(self, d_model: int, max_len: int = 5000) -> None:
+        super().__init__()
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, 1, d_model)
+        pe[:, 0, 0::2] = torch.sin(position * div_term)
+        pe[:, 0, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe)
+
+
+def _fairseq_float32(num_embeddings: int, dim: int, padding_idx: int) -> torch.Tensor:
+    """fairseq's ``SinusoidalPositionalEmbedding.get_embedding``, in float32 as it runs."""
+    half = dim // 2
+    emb = math.log(10000) / (half - 1)
+    emb = torch.exp(torch.arange(half, dtype=torch.float) * -emb)
+    emb = torch.arange(num_embeddings, dtype=torch.float).unsqueeze(1) * emb.unsqueeze(0)
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
+    emb[padding_idx, :] = 0
+    return emb
+
+
+def _whisper_float32(length: int, channels: int) -> torch.Tensor:
+    """Whisper's ``sinusoids``."""
+    inc = np.log(10000) / (channels // 2 - 1)
+    inv = torch.exp(-inc * torch.arange(channels // 2))
+    scaled = torch.arange(length)[:, np.newaxis] * inv[np.newaxis, :]
+    return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
+
+
+@pytest.mark.parametrize("stored", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_tutorials_table_loads_quietly(stored, recwarn):
+    saved = TutorialPositionalEncoding(64).to(stored).state_dict()
+    outer = nn.Sequential(PositionalEncoding(64))
+    result = outer.load_state_dict({f"0.{k}": v for k, v in saved.items()}, strict=True)
+    assert not result.missing_keys
+    assert not result.unexpected_keys
+    assert not recwarn.list
+    assert torch.equal(outer[0].cache, PositionalEncoding(64).cache)  # ours, not the copy
+
+
+def test_fairseq_and_whisper_tables_load_quietly():
+    emb = SinusoidalEmbedding(64, preset="fairseq", padding_idx=1)
+    emb.load_state_dict({"weights": _fairseq_float32(1026, 64, 1), "_float_tensor": torch.ones(1)})
+    whisper = PositionalEncoding(384, preset="whisper")
+    whisper.load_state_dict({"positional_embedding": _whisper_float32(1500, 384)})
+
+
+def test_an_mae_grid_with_its_class_row_loads_quietly():
+    enc = GridEncoding(192, preset="mae", cls_token=True)
+    saved = torch.from_numpy(ref.mae(192, 14, cls_token=True)).float()[None]
+    enc.load_state_dict({"pos_embed": saved})
+
+
+def test_a_fine_tuned_vit_table_is_an_error_that_says_so():
+    enc = GridEncoding(192, preset="mae", cls_token=True)
+    tuned = torch.from_numpy(ref.mae(192, 14, cls_token=True)).float()[None]
+    tuned = tuned + 0.05 * torch.randn(tuned.shape, generator=torch.Generator().manual_seed(0))
+    with raises("'pos_embed'", "not this module's encoding", "max difference", "looks learned",
+                "strict=False"):  # fmt: skip
+        enc.load_state_dict({"pos_embed": tuned})
+
+
+def test_a_learned_table_is_refused_and_strict_false_warns():
+    learned = torch.randn(2048, 64, generator=torch.Generator().manual_seed(1))
+    m = PositionalEncoding(64)
+    with raises("'pe'", "[2048x64] float32", "looks learned", "nn.Parameter"):
+        m.load_state_dict({"pe": learned})
+    with pytest.warns(UserWarning, match="dropped"):
+        result = m.load_state_dict({"pe": learned}, strict=False)
+    assert not result.unexpected_keys
+    assert torch.equal(m.cache, PositionalEncoding(64).cache)
+
+
+def test_another_convention_is_named():
+    m = PositionalEncoding(64)  # the paper's interleaved table
+    with raises("'positional_embedding'", "it is preset 'whisper'", "posenc.table(1500, 64"):
+        m.load_state_dict({"positional_embedding": _whisper_float32(1500, 64)})
+
+
+def test_another_width_is_refused():
+    m = PositionalEncoding(768)
+    with raises("'pe'", "[5000x512]", "768 channels wide"):
+        m.load_state_dict(TutorialPositionalEncoding(512).state_dict())
+
+
+def test_modules_without_a_table_refuse_one():
+    with raises("'pe'", "is not a table this module has"):
+        Timesteps(32).load_state_dict({"pe": torch.zeros(10, 32)})
+    with raises("'pos_embed'", "square grid"):
+        GridEncoding(64).load_state_dict({"pos_embed": torch.zeros(1, 15, 64)})
+    DetrSineEncoding(16).load_state_dict({})
+
+
+# TorchScript (issue 13, item 6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PositionalEncoding(16),
+        lambda: SinusoidalEmbedding(16),
+        lambda: GridEncoding(16),
+        lambda: DetrSineEncoding(8),
+        lambda: Timesteps(16),
+    ],
+)
+def test_jit_script_says_what_to_use_instead(make):
+    with raises("cannot be compiled by torch.jit.script", "torch.compile", "torch.jit.trace"):
+        torch.jit.script(make())
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_jit_trace_works_past_the_cache():
+    import posenc
+
+    traced = torch.jit.trace(PositionalEncoding(16, cached_length=64), torch.zeros(1, 10, 16))
+    for length in (10, 64, 100, 3000):  # inside and past the 64 cached rows
+        got = traced(torch.zeros(1, length, 16))[0]
+        assert torch.equal(got, posenc.table(length, 16, dtype=torch.float32))
+    emb = torch.jit.trace(SinusoidalEmbedding(16, cached_length=8), torch.tensor([[1, 2, 3]]))
+    ids = torch.tensor([5, 90, 3000, 7])
+    assert torch.equal(emb(ids[None])[0], posenc.encode(ids, 16, dtype=torch.float32))
+    steps = torch.jit.trace(Timesteps(16), torch.tensor([1.0, 2.0]))
+    t = torch.tensor([3.0, 500.5, 999.0])
+    assert torch.equal(steps(t), posenc.encode(t, 16, preset="timestep", dtype=torch.float32))
