@@ -155,3 +155,35 @@ def test_jit_trace_works_past_the_cache():
     steps = torch.jit.trace(Timesteps(16), torch.tensor([1.0, 2.0]))
     t = torch.tensor([3.0, 500.5, 999.0])
     assert torch.equal(steps(t), posenc.encode(t, 16, preset="timestep", dtype=torch.float32))
+
+
+# diffusers' and Hugging Face's conventions (issue 13, item 7)
+
+
+@pytest.mark.parametrize(("h", "w"), [(64, 64), (40, 96), (192, 192), (1, 7)])
+def test_sd3_cropped_grid(h, w):
+    """diffusers' PatchEmbed with pos_embed_max_size (SD3: 192, base_size 64): the centred crop
+    of the 192 x 192 table."""
+    enc = GridEncoding(64, preset="diffusers-2d", base_size=64, pos_embed_max_size=192)
+    full = ref.diffusers_2d(64, 192, base_size=64).reshape(192, 192, 64)
+    top, left = (192 - h) // 2, (192 - w) // 2
+    want = full[top : top + h, left : left + w].reshape(-1, 64)
+    got = enc.encoding((h, w), dtype=torch.float64)
+    assert np.abs(got.numpy() - want).max() < 1e-9
+    assert torch.equal(enc(torch.zeros(1, h * w, 64), (h, w))[0], got.float())
+    with raises("fit the grid it is cropped from", "193 > 192"):
+        enc.encoding((193, 4))
+
+
+def test_hf_pixel_mask_is_the_inverse_of_detrs_mask():
+    g = torch.Generator().manual_seed(0)
+    mask = torch.rand(2, 7, 9, generator=g) > 0.7  # True = padding
+    enc = DetrSineEncoding(16, normalize=True)
+    want = ref.detr(mask.numpy(), 16, normalize=True)
+    assert np.abs(enc(mask).double().numpy() - want).max() < 1e-6
+    for pixel_mask in ((~mask).long(), ~mask):
+        assert torch.equal(enc(pixel_mask=pixel_mask), enc(mask))
+    with raises("exactly one"):
+        enc(mask, pixel_mask=~mask)
+    with raises("`pixel_mask`", "float32"):
+        enc(pixel_mask=(~mask).float())

@@ -229,11 +229,19 @@ def grid(
 
 
 def evaluate_grid(
-    pl: Plan, enc: Encoding, dims: tuple[int, ...], *, dtype: Any, device: Any, like: Any
+    pl: Plan,
+    enc: Encoding,
+    dims: tuple[int, ...],
+    *,
+    dtype: Any,
+    device: Any,
+    like: Any,
+    crop_from: tuple[int, ...] | None = None,
 ) -> Any:
-    """The evaluation half of :func:`grid`: a resolved plan over a checked grid size."""
+    """The evaluation half of :func:`grid`: a resolved plan over a checked grid size (the
+    centred crop of a ``crop_from`` grid, if given)."""
     nd = len(dims)
-    axes = grid_axes(enc, dims)
+    axes = grid_axes(enc, dims, crop_from)
     order = list(range(nd)) if enc.tokens == "row-major" else list(range(nd))[::-1]
     ev = evaluator(like=like, dtype=dtype, device=device)
     _check(pl, max([a.bound for a in axes] + [0.0]), _GRID_POSITIONS, ev)

@@ -69,21 +69,35 @@ def grid_axis(
     return Progression(offset * f, f, length)
 
 
-def grid_axes(enc: Encoding, dims: tuple[int, ...]) -> list[Progression]:
-    """The positions of every axis of a grid of size ``dims`` under ``enc``'s conventions."""
+def grid_axes(
+    enc: Encoding, dims: tuple[int, ...], crop_from: tuple[int, ...] | None = None
+) -> list[Progression]:
+    """The positions of every axis of a grid of size ``dims`` under ``enc``'s conventions.
+
+    With ``crop_from``, the grid is the centred ``dims`` crop of a grid of that larger size
+    (diffusers' ``pos_embed_max_size``, SD3): each axis starts ``(full - n) // 2`` rows in.
+    """
     scales = enc.interpolation_scale
     if not isinstance(scales, tuple):
         scales = (scales,) * len(dims)
-    return [
-        grid_axis(
-            n,
+    full = dims if crop_from is None else crop_from
+    axes = []
+    for a, n in enumerate(dims):
+        if n > full[a]:
+            raise PosencError(
+                f"the grid {dims} must fit the grid it is cropped from, {full}: axis {a} "
+                f"has {n} > {full[a]}"
+            )
+        whole = grid_axis(
+            full[a],
             offset=enc.grid_offset,
             interpolation_scale=scales[a],
             base_size=enc.base_size,
             normalize=enc.normalize,
         )
-        for a, n in enumerate(dims)
-    ]
+        top = (full[a] - n) // 2
+        axes.append(Progression(whole.start + top * whole.step, whole.step, n))
+    return axes
 
 
 def grid_shape(shape: Any, ndim: int | None) -> tuple[int, ...]:

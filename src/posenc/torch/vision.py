@@ -27,6 +27,9 @@ class GridEncoding(_Module):
         device, dtype: the default device and dtype of the output (they follow ``.to()``).
         num_prefix_tokens: leading all-zero rows for class and register tokens (timm's name),
             whatever the preset's own option says.
+        pos_embed_max_size: encode every grid as the centred crop of this larger square grid
+            (diffusers' ``PatchEmbed`` with ``pos_embed_max_size``, Stable Diffusion 3 and
+            Flux-style DiTs), so one image size's positions stay put inside larger ones.
         **options: the preset's options (``cls_token``, ``extra_tokens``, ``reverse_coord``, …);
             ``extra_tokens`` zero rows lead (class and register tokens).
 
@@ -46,6 +49,7 @@ class GridEncoding(_Module):
         preset: str = "mae",
         channels: slice | None = None,
         num_prefix_tokens: int | None = None,
+        pos_embed_max_size: int | None = None,
         device: Any = None,
         dtype: Any = None,
         **options: Any,
@@ -58,6 +62,11 @@ class GridEncoding(_Module):
         self.extra = self._core_extra
         if num_prefix_tokens is not None:
             self.extra = check_int("num_prefix_tokens", num_prefix_tokens)
+        self.pos_embed_max_size = (
+            None
+            if pos_embed_max_size is None
+            else check_int("pos_embed_max_size", pos_embed_max_size, minimum=1)
+        )
         self._plans: dict[int, Plan] = {}
         if self.enc.ndim is not None:  # refuse a bad width now, not in forward
             self._plan_for(self.enc.ndim)
@@ -74,6 +83,7 @@ class GridEncoding(_Module):
     ) -> Tensor:
         """``[extra + prod(grid), d]``: the rows ``forward`` adds."""
         dims = grid_shape(tuple(grid), self.enc.ndim)
+        crop = None if self.pos_embed_max_size is None else (self.pos_embed_max_size,) * len(dims)
         full = _api.evaluate_grid(
             self._plan_for(len(dims)),
             self.enc,
@@ -81,6 +91,7 @@ class GridEncoding(_Module):
             dtype=dtype or self._dtype,
             device=self._device if device is None else device,
             like=None,
+            crop_from=crop,
         )
         return self._lead(full[self._core_extra :])
 
@@ -116,6 +127,8 @@ class GridEncoding(_Module):
 
     def extra_repr(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        if self.pos_embed_max_size is not None:
+            opts += f", pos_embed_max_size={self.pos_embed_max_size}"
         return f"{self.dim}, preset={self.preset!r}{opts}"
 
 
@@ -129,8 +142,15 @@ class DetrSineEncoding(_Module):
         scale: with ``normalize`` (default ``2*pi``).
 
     Shapes:
-        - mask: ``[b, H, W]`` bool, True on padding.
+        - mask: ``[b, H, W]`` bool, True on padding (DETR's convention); or, by keyword,
+          ``pixel_mask``: ``[b, H, W]``, 1 (or True) on valid pixels, 0 on padding (Hugging
+          Face's convention, as ``DetrForObjectDetection`` takes it).
         - output: ``[b, 2 * num_pos_feats, H, W]``: ``[y block | x block]``.
+
+    Example:
+        >>> pos = DetrSineEncoding(128, normalize=True)
+        >>> pos(mask)                          # DETR: True = padding
+        >>> pos(pixel_mask=inputs.pixel_mask)  # transformers: 1 = pixel
     """
 
     def __init__(
@@ -150,7 +170,19 @@ class DetrSineEncoding(_Module):
         self.num_pos_feats = check_int("num_pos_feats", num_pos_feats, minimum=1)
         self._plan = _traceable(channel_plan(self.enc, 2 * self.num_pos_feats, 2, self.label, None))
 
-    def forward(self, mask: Tensor) -> Tensor:
+    def forward(self, mask: Tensor | None = None, *, pixel_mask: Tensor | None = None) -> Tensor:
+        if (mask is None) == (pixel_mask is None):
+            raise PosencError(
+                "give `mask` (True = padding, DETR) or `pixel_mask` (1 = pixel, Hugging Face), "
+                "exactly one"
+            )
+        if pixel_mask is not None:
+            if not isinstance(pixel_mask, Tensor) or pixel_mask.is_floating_point():
+                raise PosencError(
+                    "`pixel_mask` must be an integer or boolean tensor [batch, H, W] (1 = pixel), "
+                    f"got {getattr(pixel_mask, 'dtype', type(pixel_mask).__name__)}"
+                )
+            mask = pixel_mask == 0
         return _api.evaluate_detr(self._plan, self.enc, mask, dtype=self._dtype)
 
     def extra_repr(self) -> str:
