@@ -207,7 +207,11 @@ class NumpyBackend(_Chunked):
 
     def rounded(self, basis: np.ndarray) -> np.ndarray:
         """The basis ready to be stored with one correct rounding."""
-        return round_to_odd(basis, NUMPY_OPS) if self.sixteen else basis
+        return (
+            round_to_odd(basis, NUMPY_OPS)
+            if self.sixteen and not _direct_half(self.dtype)
+            else basis
+        )
 
 
 class TorchBackend(_Chunked):
@@ -575,10 +579,21 @@ def round_to_odd(x64: Any, ops: Ops) -> Any:
 
 def round_once(x64: Any, dtype: Any, ops: Ops) -> Any:
     """float64 values rounded once to ``dtype`` (to odd first for 16-bit dtypes, so the
-    second rounding is correct)."""
-    if _itemsize(dtype) == 2:
+    second rounding is correct, except where the cast itself rounds once)."""
+    if _itemsize(dtype) == 2 and not (isinstance(ops, NumpyOps) and _direct_half(dtype)):
         return ops.astype(round_to_odd(x64, ops), dtype)
     return ops.astype(x64, dtype)
+
+
+def _direct_half(dtype: Any) -> bool:
+    """NumPy casts float64 to float16 directly from the double's bits, rounding once (to
+    nearest even), so that cast needs no round to odd first; torch and ml_dtypes' bfloat16
+    pass through float32 and do."""
+    return dtype_name(dtype) == "float16" and not is_torch_dtype(dtype)
+
+
+def is_torch_dtype(dtype: Any) -> bool:
+    return type(dtype).__module__ == "torch"
 
 
 def dtype_name(dtype: Any) -> str:
