@@ -187,3 +187,36 @@ def test_hf_pixel_mask_is_the_inverse_of_detrs_mask():
         enc(mask, pixel_mask=~mask)
     with raises("`pixel_mask`", "float32"):
         enc(pixel_mask=(~mask).float())
+
+
+# checks that survive tracing (issue 13, item 4)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 2.0**28])
+def test_traced_positions_are_checked_in_the_graph(bad):
+    """Under torch.compile the eager checks cannot read values; the graph carries them
+    (torch._assert_async: no host read), so NaN, inf and angles past 2^27 rad still fail."""
+    torch._dynamo.reset()
+    m = PositionalEncoding(16)
+    cm = torch.compile(m, fullgraph=True, backend="eager")
+    x = torch.zeros(1, 3, 16)
+    good = torch.tensor([0.5, 1.0, 2.0])
+    assert torch.equal(cm(x, good), m(x, good))
+    with pytest.raises(RuntimeError, match="`positions` must"):
+        cm(x, torch.tensor([0.5, bad, 2.0]))
+    steps = torch.compile(Timesteps(16), fullgraph=True, backend="eager")
+    with pytest.raises(RuntimeError, match=r"`(timesteps|positions)` must"):
+        steps(torch.tensor([1.0, bad]))
+
+
+def test_exported_modules_carry_the_checks():
+    m = PositionalEncoding(16)
+    pos = torch.export.Dim("pos", min=2, max=4096)
+    ep = torch.export.export(
+        m, (torch.zeros(1, 8, 16), torch.arange(8.0)), dynamic_shapes=({1: pos}, {0: pos})
+    )
+    x = torch.zeros(1, 5, 16)
+    p = torch.tensor([0.0, 1.5, 2.0, 3.0, 4.0])
+    assert torch.equal(ep.module()(x, p), m(x, p))
+    with pytest.raises(RuntimeError, match="`positions` must"):
+        ep.module()(x, torch.tensor([0.0, math.nan, 2.0, 3.0, 4.0]))

@@ -14,6 +14,7 @@ from ._validate import (
     PosencError,
     Positions,
     as_positions,
+    assert_traced,
     check_angles,
     check_int,
     check_real,
@@ -168,6 +169,10 @@ def evaluate_points(
     lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
     ev = evaluator(like=x, dtype=dtype)
     _check(pl, pos.bound, "`positions`", ev)
+    if pos.bound is None and is_torch(x) and not x.is_meta and pl.constants.largest > 0:
+        c = pl.constants  # traced: the accuracy rule goes into the graph
+        if not c.exact:
+            assert_traced(x, c.angle_rule, c.largest)
     flat = _reshape(ev, x, (-1, pl.ndim))
     out = ev.points(pl, flat, pos.integral, padding_idx)
     return _reshape(ev, out, (*lead, pl.dim))

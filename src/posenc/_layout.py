@@ -60,6 +60,7 @@ class PlanConstants:
     largest: float  # the largest frequency (0 when none)
     exact: bool  # every frequency a power of two: exact products
     identities: bool  # some channel holds a position itself
+    angle_rule: str  # the accuracy rule's message for traced positions (no formatting there)
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +125,7 @@ class Plan:
     def constants(self) -> PlanConstants:
         """The arrays the direct formula needs, as Python tuples: constants of a traced graph
         (touch this before tracing, so a tracer only reads an attribute)."""
+        largest = float(np.abs(self.omega).max()) if len(self.omega) else 0.0
         return PlanConstants(
             tuple(float(w) for w in self.omega),
             tuple(int(a) for a in self.axis),
@@ -132,9 +134,11 @@ class Plan:
                 (tuple(float(self.omega[u]) for u in us), tuple(int(c) for c in cols))
                 for us, cols in self.axis_columns
             ),
-            float(np.abs(self.omega).max()) if len(self.omega) else 0.0,
+            largest,
             self.exact,
             self.identities,
+            "`positions` must keep |position| x frequency within angles below 2^27 rad (the "
+            f"largest frequency of preset {self.who} is {largest:.6g})",
         )
 
     @functools.cached_property

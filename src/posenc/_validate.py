@@ -258,6 +258,8 @@ def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
     if t.is_meta or tracing():
         if integral and t.dtype != torch.int64:
             t = t.to(torch.int64)
+        if not t.is_meta:
+            assert_traced(t, f"`{name}` must be finite and within +-2^53")
         return Positions(t, integral, None, None)
     if integral:
         if str(t.dtype).rsplit(".", 1)[-1] in _TORCH_UNSIGNED:
@@ -280,6 +282,16 @@ def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
             f"`{name}` must be finite, got a value of {float(flat[~flat.isfinite()][0])}"
         )
     return _checked(name, t, False, low, high)
+
+
+def assert_traced(t: Any, message: str, largest: float | None = None) -> None:
+    """The value checks of a traced torch tensor, recorded in the graph so they survive
+    ``torch.compile`` and ``torch.export`` (``torch._assert_async``: no host read, and on CUDA
+    no synchronisation): every value finite and within +-2^53, and, with ``largest`` (the
+    largest frequency), within the accuracy rule's angle."""
+    torch = _torch()
+    limit = MAX_POSITION if largest is None else min(MAX_POSITION, ANGLE_LIMIT / largest)
+    torch._assert_async((t.abs() <= limit).all(), message)
 
 
 def tracing() -> bool:
