@@ -45,6 +45,8 @@ def main() -> None:
     grid = GridEncoding(1024, preset="mae")
     tokens = x.reshape(8, 4096, 512).repeat(1, 1, 2)
     other = y.reshape(8, 4096, 512).repeat(1, 1, 2)
+    xb, yb = x.bfloat16(), y.bfloat16()
+    moved = PositionalEncoding(1024).eval().to(torch.bfloat16)
     print(f"torch {torch.__version__}, x {tuple(x.shape)} float32\n")
     print("| threads | job | median ms | ratio |")
     print("|---:|---|---:|---:|")
@@ -63,6 +65,16 @@ def main() -> None:
             print(
                 f"| {threads} | train: PositionalEncoding(x), dropout 0.1 | {ours:.1f} | "
                 f"{ours / hand:.2f} |"
+            )
+            module.eval()
+            bare = median_ms(lambda: xb + yb, args.repeats)
+            ours = median_ms(lambda: moved(xb), args.repeats)
+            mixed = median_ms(lambda: module(xb), args.repeats)
+            print(f"| {threads} | bf16: bare x + y | {bare:.1f} | 1.00 |")
+            print(f"| {threads} | bf16: .to(bfloat16) module | {ours:.1f} | {ours / bare:.2f} |")
+            print(
+                f"| {threads} | bf16: float32 module, bf16 x (autocast) | {mixed:.1f} | "
+                f"{mixed / bare:.2f} |"
             )
             bare = median_ms(lambda: tokens + other, args.repeats)
             ours = median_ms(lambda: grid(tokens, (64, 64)), args.repeats)

@@ -7,6 +7,7 @@ the full table bit for bit. Default DDP over the modules broadcasts no encoding 
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import socket
@@ -138,17 +139,21 @@ def _check_ddp_broadcasts_nothing(rank: int, world: int) -> None:
     finally:
         dist._broadcast_coalesced = real
     assert sum(sent) == 0, sent
+    grads = ddp.module.m["proj"].weight.grad  # all-reduced: the same on every rank
+    assert torch.equal(torch.cat(_gather(grads[None])[:1] * world), torch.cat(_gather(grads[None])))
     # the counter sees a module that does keep a buffer (the old cache was one)
     control = torch.nn.Linear(4, 4)
     control.register_buffer("pe", torch.zeros(2048, 32))
     dist._broadcast_coalesced = counting
     try:
-        DistributedDataParallel(control)(torch.randn(1, 4)).sum().backward()
+        checked = DistributedDataParallel(control)
+        checked(torch.randn(1, 4)).sum().backward()
     finally:
         dist._broadcast_coalesced = real
     assert sum(sent) >= 2048 * 32 * 4, sent
-    grads = ddp.module.m["proj"].weight.grad
-    assert torch.equal(torch.cat(_gather(grads[None])[:1] * world), torch.cat(_gather(grads[None])))
+    del ddp, checked  # the reducers' threads end before the process group does
+    gc.collect()
+    dist.barrier()
 
 
 def _worker(rank: int, world: int, port: int, errors: str) -> None:

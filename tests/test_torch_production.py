@@ -220,3 +220,28 @@ def test_exported_modules_carry_the_checks():
     assert torch.equal(ep.module()(x, p), m(x, p))
     with pytest.raises(RuntimeError, match="`positions` must"):
         ep.module()(x, torch.tensor([0.0, math.nan, 2.0, 3.0, 4.0]))
+
+
+# mixed precision (issue 13, item 2)
+
+
+def test_activations_in_another_dtype_get_their_own_kept_table():
+    """A float32 module before a bf16 block, or under autocast: the bf16 table is correctly
+    rounded (not the float32 table cast again) and built once, then gathered like the float32
+    one."""
+    import posenc
+
+    m = PositionalEncoding(64, cached_length=256)
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.zeros(2, 100, 64, dtype=dtype)
+        y = m(x)
+        assert y.dtype == dtype
+        want = posenc.table(100, 64, dtype=dtype)
+        assert torch.equal(y[0], want)
+        kept = m._tables[dtype]
+        assert torch.equal(m(x, offset=7)[0], posenc.table(107, 64, dtype=dtype)[7:])
+        assert m._tables[dtype] is kept  # built once
+    assert torch.equal(m._tables[torch.bfloat16], posenc.table(256, 64, dtype=torch.bfloat16))
+    m.float()  # a move forgets them
+    m.to(torch.float64)
+    assert set(m._tables) == {torch.float64}

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from .. import _api
 from .._layout import Plan, channel_plan, check_channels
 from .._presets import get_preset
-from .._validate import PosencError, Positions, as_positions, check_device, check_int
+from .._validate import PosencError, Positions, as_positions, check_device, check_int, tracing
 from ._checkpoint import check_saved_tables
 
 
@@ -106,12 +106,17 @@ class _Cached(_Module):
     @property
     def cache(self) -> Tensor:
         """The kept table ``[cached_length, width]``, in the module's dtype and device."""
-        return self._table
+        return self._tables[self._dtype]
 
     def reset_parameters(self) -> None:
-        """(Re)build the table of the first ``cached_length`` rows."""
+        """(Re)build the table of the first ``cached_length`` rows (and forget the tables
+        kept for other activation dtypes)."""
+        self._tables: dict[torch.dtype, Tensor] = {}
+        self._tables[self._dtype] = self._build(self._dtype)
+
+    def _build(self, dtype: torch.dtype) -> Tensor:
         positions = torch.arange(self.cached_length, device=self._device)
-        self._table = self._computed(as_positions(positions), self._dtype)
+        return self._computed(as_positions(positions), dtype)
 
     def _moved(self) -> None:
         self.reset_parameters()
@@ -126,10 +131,18 @@ class _Cached(_Module):
         table = self._computed(as_positions(cpu), torch.float64)
         return table.numpy()
 
-    def _usable(self, length: int, dtype: torch.dtype, device: torch.device) -> bool:
+    def _cache_for(self, length: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The kept table in ``dtype`` when it covers ``length`` rows on ``device``. Activations
+        in another dtype than the module's (autocast, a float32 module before a bf16 block)
+        get a table of their own, correctly rounded and built once, in eager mode."""
         if torch.compiler.is_exporting() or torch.jit.is_tracing():
-            return False  # first: a size test would specialise the export or the trace
-        return dtype == self._dtype and device == self._device and length <= self.cached_length
+            return None  # first: a size test would specialise the export or the trace
+        if device != self._device or length > self.cached_length:
+            return None
+        table = self._tables.get(dtype)
+        if table is None and not tracing() and dtype.is_floating_point:
+            table = self._tables[dtype] = self._build(dtype)
+        return table
 
     def _rows(self, positions: Tensor | Positions, dtype: torch.dtype) -> Tensor:
         """Rows for explicit positions (checked once): eager integer positions inside the
@@ -143,9 +156,9 @@ class _Cached(_Module):
             and pos.low >= 0
             and pos.high < self.cached_length
             and pos.values.numel()
-            and self._usable(0, dtype, pos.values.device)
+            and (table := self._cache_for(0, dtype, pos.values.device)) is not None
         ):
-            return self._table[pos.values]
+            return table[pos.values]
         return self._computed(pos, dtype)
 
     def extra_repr(self) -> str:

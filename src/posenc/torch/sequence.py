@@ -199,8 +199,9 @@ class PositionalEncoding(_Cached):
             pe = self._rows(rows, x.dtype)
         else:
             start = 0 if offset is None else check_int("offset", offset)
-            if self._usable(start + length, x.dtype, x.device):
-                pe = self.cache[start : start + length]
+            table = self._cache_for(start + length, x.dtype, x.device)
+            if table is not None:
+                pe = table[start : start + length]
             else:
                 pe = self._rows(torch.arange(start, start + length, device=x.device), x.dtype)
         if pe.ndim == 3 and not self.batch_first:
