@@ -217,7 +217,7 @@ def test_exported_modules_carry_the_checks():
     )
     x = torch.zeros(1, 5, 16)
     p = torch.tensor([0.0, 1.5, 2.0, 3.0, 4.0])
-    assert torch.equal(ep.module()(x, p), m(x, p))
+    assert (ep.module()(x, p) - m(x, p)).abs().max() < 1e-6  # float32-only: see below
     with pytest.raises(RuntimeError, match="`positions` must"):
         ep.module()(x, torch.tensor([0.0, math.nan, 2.0, 3.0, 4.0]))
 
@@ -245,3 +245,79 @@ def test_activations_in_another_dtype_get_their_own_kept_table():
     m.float()  # a move forgets them
     m.to(torch.float64)
     assert set(m._tables) == {torch.float64}
+
+
+# float32-only evaluation (issue 13, item 5)
+
+
+def _float64_nodes(ep) -> list[str]:
+    out = []
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        if any(getattr(v, "dtype", None) == torch.float64 for v in vals):
+            out.append(str(node.target))
+    return out
+
+
+@pytest.mark.parametrize("length", [5, 3000])
+def test_exported_graphs_have_no_float64_and_stay_within_1e_6(length):
+    import posenc
+
+    m = PositionalEncoding(64)
+    seq = torch.export.Dim("seq", min=2, max=1 << 20)
+    offset = 1_000_000  # plain float32 errs by 6e-2 here
+    ep = torch.export.export(
+        m, (torch.zeros(1, 8, 64), torch.arange(8) + offset), dynamic_shapes=({1: seq}, {0: seq})
+    )
+    assert _float64_nodes(ep) == []
+    positions = torch.arange(length) + offset
+    got = ep.module()(torch.zeros(1, length, 64), positions)[0].double()
+    want = torch.from_numpy(posenc.encode(positions.numpy(), 64, dtype=np.float64))
+    assert (got - want).abs().max() < 1e-6
+    grid = GridEncoding(64, preset="diffusers-2d", interpolation_scale=0.7, base_size=13)
+    gp = torch.export.export(grid, (torch.zeros(1, 30, 64), (5, 6)))
+    assert _float64_nodes(gp) == []
+    want = torch.from_numpy(ref.diffusers_2d(64, (5, 6), interpolation_scale=0.7, base_size=13))
+    assert (gp.module()(torch.zeros(1, 30, 64), (5, 6))[0].double() - want).abs().max() < 1e-6
+
+
+@pytest.mark.filterwarnings("ignore:# The axis name:UserWarning")
+def test_onnx_graph_has_no_double_and_runs_within_1e_6(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    import posenc
+
+    m = PositionalEncoding(64).eval()
+    seq = torch.export.Dim("seq", min=2, max=1 << 20)
+    program = torch.onnx.export(
+        m,
+        (torch.zeros(1, 8, 64), torch.arange(8)),
+        dynamic_shapes=({1: seq}, {0: seq}),
+        dynamo=True,
+        verbose=False,
+    )
+    path = tmp_path / "pe.onnx"
+    program.save(str(path))
+    import onnx
+
+    model = onnx.load(str(path))
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = [v.type.tensor_type.elem_type for v in inferred.graph.value_info]
+    types += [v.type.tensor_type.elem_type for v in inferred.graph.output]
+    assert onnx.TensorProto.DOUBLE not in types
+    assert not [
+        n.op_type
+        for n in model.graph.node
+        if n.op_type == "Cast"
+        and any(a.name == "to" and a.i == onnx.TensorProto.DOUBLE for a in n.attribute)
+    ]
+    session = ort.InferenceSession(str(path))
+    names = [i.name for i in session.get_inputs()]
+    for length, start in ((16, 0), (4096, 16_000_000)):
+        positions = np.arange(start, start + length, dtype=np.int64)
+        (got,) = session.run(
+            None, {names[0]: np.zeros((1, length, 64), np.float32), names[1]: positions}
+        )
+        want = posenc.encode(positions, 64, dtype=np.float64)
+        assert np.abs(got[0].astype(np.float64) - want).max() < 1e-6

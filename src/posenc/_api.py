@@ -11,11 +11,14 @@ from ._positions import Progression, grid_axes, grid_shape
 from ._presets import PRESETS, Preset, get_preset
 from ._spec import Encoding
 from ._validate import (
+    ANGLE_LIMIT,
+    MAX_POSITION,
     PosencError,
     Positions,
     as_positions,
     assert_traced,
     check_angles,
+    check_float32_only,
     check_int,
     check_real,
 )
@@ -100,6 +103,8 @@ def _check(pl: Plan, bound: float | None, what: str, ev: Evaluator) -> None:
     """The accuracy rule, and included inputs (NeRF) that the output dtype can hold."""
     c = pl.constants
     check_angles(c.largest, bound, what, exact=c.exact, who=pl.who)
+    if getattr(ev, "float32_only", False):
+        check_float32_only(c.largest, bound, what)
     if c.identities and bound is not None and bound > ev.largest:
         raise PosencError(
             f"{what} must fit the output dtype {ev.dtype} (the positions themselves are "
@@ -172,7 +177,9 @@ def evaluate_points(
     if pos.bound is None and is_torch(x) and not x.is_meta and pl.constants.largest > 0:
         c = pl.constants  # traced: the accuracy rule goes into the graph
         if not c.exact:
-            assert_traced(x, c.angle_rule, c.largest)
+            assert_traced(x, c.angle_rule, min(MAX_POSITION, ANGLE_LIMIT / c.largest))
+        if getattr(ev, "float32_only", False):
+            assert_traced(x, "`positions` must stay below 2^24 in float32-only graphs", 2.0**24)
     flat = _reshape(ev, x, (-1, pl.ndim))
     out = ev.points(pl, flat, pos.integral, padding_idx)
     return _reshape(ev, out, (*lead, pl.dim))

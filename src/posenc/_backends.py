@@ -375,6 +375,9 @@ class Ops(Protocol):
     def abs(self, x: Any) -> Any:
         """Elementwise magnitude."""
 
+    def floor(self, x: Any) -> Any:
+        """Elementwise floor (float in, float out)."""
+
     def bitcast(self, x: Any, dtype: Any) -> Any:
         """The bits of ``x`` read as ``dtype`` of the same width (float32 <-> int32)."""
 
@@ -384,8 +387,9 @@ class Ops(Protocol):
     def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
         """``x`` with its axes reordered."""
 
-    def arange(self, n: Any, like: Any) -> Any:
-        """float64 ``0, 1, …, n-1`` (``n`` may be a symbolic size under tracing)."""
+    def arange(self, n: Any, like: Any, dtype: Any = None) -> Any:
+        """``0, 1, …, n-1`` in ``dtype`` (default float64); ``n`` may be a symbolic size under
+        tracing."""
 
 
 class NumpyOps:
@@ -418,6 +422,7 @@ class NumpyOps:
         return np.where(cond, a, b)
 
     sin, cos, abs = staticmethod(np.sin), staticmethod(np.cos), staticmethod(np.abs)
+    floor = staticmethod(np.floor)
 
     def bitcast(self, x: Any, dtype: Any) -> Any:
         return x.view(dtype)
@@ -428,8 +433,8 @@ class NumpyOps:
     def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
         return x.transpose(axes)
 
-    def arange(self, n: Any, like: Any) -> Any:
-        return np.arange(n, dtype=np.float64)
+    def arange(self, n: Any, like: Any, dtype: Any = None) -> Any:
+        return np.arange(n, dtype=dtype or np.float64)
 
 
 class TorchOps:
@@ -478,6 +483,9 @@ class TorchOps:
     def abs(self, x: Any) -> Any:
         return x.abs()
 
+    def floor(self, x: Any) -> Any:
+        return x.floor()
+
     def bitcast(self, x: Any, dtype: Any) -> Any:
         return x.view(dtype)
 
@@ -487,8 +495,8 @@ class TorchOps:
     def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
         return x.permute(axes)
 
-    def arange(self, n: Any, like: Any) -> Any:
-        return self.torch.arange(n, dtype=self.torch.float64, device=like.device)
+    def arange(self, n: Any, like: Any, dtype: Any = None) -> Any:
+        return self.torch.arange(n, dtype=dtype or self.torch.float64, device=like.device)
 
 
 class ArrayApiOps:
@@ -536,6 +544,9 @@ class ArrayApiOps:
     def abs(self, x: Any) -> Any:
         return self.xp.abs(x)
 
+    def floor(self, x: Any) -> Any:
+        return self.xp.floor(x)
+
     def bitcast(self, x: Any, dtype: Any) -> Any:
         from jax import lax  # 16-bit float dtypes reach here only from JAX
 
@@ -547,8 +558,8 @@ class ArrayApiOps:
     def permute(self, x: Any, axes: tuple[int, ...]) -> Any:
         return self.xp.permute_dims(x, axes)
 
-    def arange(self, n: Any, like: Any) -> Any:
-        return self.xp.arange(n, dtype=self.xp.float64, device=_device(like))
+    def arange(self, n: Any, like: Any, dtype: Any = None) -> Any:
+        return self.xp.arange(n, dtype=dtype or self.xp.float64, device=_device(like))
 
 
 def ops_for(x: Any) -> Ops:

@@ -1,59 +1,108 @@
 """The direct formula: a plan evaluated with plain array operations, in any library.
 
-Angles ``x * w`` in float64, their sine and cosine, the basis columns put in channel order,
-one rounding. It serves what the engine (:mod:`posenc._engine`) cannot: traced torch code
+Angles ``x * w``, their sine and cosine, the basis columns put in channel order, one rounding.
+It serves what the engine (:mod:`posenc._engine`) cannot: traced torch code
 (``torch.compile``, ``torch.export``, ONNX), meta tensors (shapes and dtypes only), JAX with
 x64 on, and any Python Array API library. The library is reached through
-:class:`~posenc._backends.Ops`; the numbers are the float64 value rounded once, as the
-engine's, within one ulp of them (both are exact to the output's rounding).
+:class:`~posenc._backends.Ops`.
+
+Two precisions. By default the angles are float64 and the value is rounded once, as the
+engine's (within one ulp of them: both are exact to the output's rounding). With
+``float32_only`` (exported graphs, Apple MPS: runtimes without float64) every operation is
+float32 and the angles are reduced in exact pieces (:mod:`posenc._float32`): within 1e-6 of
+the truth, then cast to the output dtype.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import _float32
 from ._backends import Ops, round_once
 from ._layout import Plan
+from ._positions import Progression
 
 
-def points(ops: Ops, x: Any, plan: Plan, dtype: Any, padding_idx: int | None = None) -> Any:
-    """``[N, k]`` positions -> ``[N, dim]`` in ``dtype``."""
+def _sincos(
+    ops: Ops, x: Any, omega: tuple[float, ...], float32_only: bool, integral: bool = False
+) -> tuple[Any, Any]:
+    if float32_only:
+        return _float32.sincos(ops, x, omega, integral=integral)
+    theta = x * ops.asarray(omega, ops.float64, x)
+    return ops.sin(theta), ops.cos(theta)
+
+
+def _rounded(ops: Ops, values: Any, dtype: Any, float32_only: bool) -> Any:
+    return ops.astype(values, dtype) if float32_only else round_once(values, dtype, ops)
+
+
+def points(
+    ops: Ops,
+    x: Any,
+    plan: Plan,
+    dtype: Any,
+    padding_idx: int | None = None,
+    float32_only: bool = False,
+    integral: bool = False,
+) -> Any:
+    """``[N, k]`` positions (``integral``: all integers) -> ``[N, dim]`` in ``dtype``."""
     c = plan.constants
-    x64 = ops.astype(x, ops.float64)
-    w = ops.asarray(c.omega, ops.float64, x64)
-    if plan.ndim == 1:
-        theta = x64 * w
-    else:
-        theta = ops.take(x64, ops.asarray(c.axis, ops.int64, x64), axis=1) * w
-    basis = ops.reshape(
-        ops.stack([ops.sin(theta), ops.cos(theta)], axis=-1), (-1, 2 * len(c.omega))
-    )
-    basis = ops.concat([basis, x64[:, :1] * 0.0, x64], axis=1)
-    out = round_once(ops.take(basis, ops.asarray(c.columns, ops.int64, x64), axis=1), dtype, ops)
+    xw = ops.astype(x, ops.float32 if float32_only else ops.float64)
+    per = xw if plan.ndim == 1 else ops.take(xw, ops.asarray(c.axis, ops.int64, xw), axis=1)
+    sin, cos = _sincos(ops, per, c.omega, float32_only, integral)
+    basis = ops.reshape(ops.stack([sin, cos], axis=-1), (-1, 2 * len(c.omega)))
+    basis = ops.concat([basis, xw[:, :1] * 0.0, xw], axis=1)
+    out = ops.take(basis, ops.asarray(c.columns, ops.int64, xw), axis=1)
+    out = _rounded(ops, out, dtype, float32_only)
     if padding_idx is not None:
-        out = ops.where(x64[:, :1] == float(padding_idx), out * 0, out)
+        out = ops.where(xw[:, :1] == float(padding_idx), out * 0, out)
     return out
 
 
-def grid(ops: Ops, axes: list[Any], order: list[int], plan: Plan, dtype: Any) -> Any:
-    """Per-axis float64 positions ``[L_a]`` -> ``[L_order[0], …, L_order[k-1], dim]``.
+def grid(
+    ops: Ops,
+    axes: list[Any],
+    order: list[int],
+    plan: Plan,
+    dtype: Any,
+    like: Any,
+    float32_only: bool = False,
+) -> Any:
+    """Per-axis positions (Progressions or float arrays ``[L_a]``) ->
+    ``[L_order[0], …, L_order[k-1], dim]``.
 
     Separable: each axis evaluates its own frequencies into its own channels (zero in the
-    others'), and the parts add up exactly.
+    others'), and the parts add up exactly. In float32, a progression ``start + i * step``
+    is evaluated as the integer ``i`` at frequencies ``step * w`` with phase ``start * w``
+    (both formed on the host), so a real step costs no accuracy.
     """
     k = len(axes)
+    work = ops.float32 if float32_only else ops.float64
     out: Any = None
     for a, pos in enumerate(axes):
         omega, cols = plan.constants.axes[a]
-        x64 = ops.reshape(ops.astype(pos, ops.float64), (-1, 1))
-        theta = x64 * ops.asarray(omega, ops.float64, x64)
-        basis = ops.reshape(
-            ops.stack([ops.sin(theta), ops.cos(theta)], axis=-1), (x64.shape[0], 2 * len(omega))
-        )
-        basis = ops.concat([basis, x64 * 0.0, x64], axis=1)
-        part = ops.take(basis, ops.asarray(cols, ops.int64, x64), axis=1)
+        if isinstance(pos, Progression):
+            steps = ops.reshape(ops.arange(pos.length, like, work), (-1, 1))
+            values = steps * pos.step + pos.start
+            if float32_only:
+                sin, cos = _float32.sincos(
+                    ops,
+                    steps,
+                    tuple(pos.step * w for w in omega),
+                    tuple(pos.start * w for w in omega),
+                    integral=True,
+                )
+            else:
+                sin, cos = _sincos(ops, values, omega, False)
+        else:
+            values = ops.reshape(ops.astype(pos, work), (-1, 1))
+            sin, cos = _sincos(ops, values, omega, float32_only)
+        n = values.shape[0]
+        basis = ops.reshape(ops.stack([sin, cos], axis=-1), (n, 2 * len(omega)))
+        basis = ops.concat([basis, values * 0.0, values], axis=1)
+        part = ops.take(basis, ops.asarray(cols, ops.int64, values), axis=1)
         view = [1] * k
-        view[order.index(a)] = x64.shape[0]
+        view[order.index(a)] = n
         part = ops.reshape(part, (*view, plan.dim))
         out = part if out is None else out + part
-    return round_once(out, dtype, ops)
+    return _rounded(ops, out, dtype, float32_only)

@@ -96,10 +96,11 @@ class Engine(_Output):
 class Direct(_Output):
     """The direct formula in the caller's library (``like`` gives the device)."""
 
-    def __init__(self, ops: Any, dtype: Any, like: Any) -> None:
+    def __init__(self, ops: Any, dtype: Any, like: Any, float32_only: bool = False) -> None:
         self.ops = ops
         self.dtype = dtype
         self.like = like
+        self.float32_only = float32_only
 
     def grid(
         self,
@@ -111,20 +112,26 @@ class Direct(_Output):
     ) -> Any:
         """As :meth:`Engine.grid`; ``axes`` are Progressions or float64 arrays of positions."""
         ops = self.ops
-        values = [
-            ops.arange(a.length, self.like) * a.step + a.start if isinstance(a, Progression) else a
-            for a in axes
-        ]
-        body = ops.reshape(_direct.grid(ops, values, order, plan, self.dtype), (-1, plan.dim))
-        if padding_idx is not None and len(values) == 1:
-            pad = ops.reshape(values[0] == float(padding_idx), (-1, 1))
+        body = _direct.grid(ops, axes, order, plan, self.dtype, self.like, self.float32_only)
+        body = ops.reshape(body, (-1, plan.dim))
+        if padding_idx is not None and len(axes) == 1:
+            a = axes[0]
+            work = ops.float32 if self.float32_only else ops.float64
+            values = (
+                ops.arange(a.length, self.like, work) * a.step + a.start
+                if isinstance(a, Progression)
+                else a
+            )
+            pad = ops.reshape(values == float(padding_idx), (-1, 1))
             body = ops.where(pad, body * 0, body)
         if not extra:
             return body
         return ops.concat([ops.zeros((extra, plan.dim), self.dtype, self.like), body], axis=0)
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
-        return _direct.points(self.ops, x, plan, self.dtype, padding_idx)
+        return _direct.points(
+            self.ops, x, plan, self.dtype, padding_idx, self.float32_only, integral
+        )
 
 
 class Host(_Output):
@@ -175,9 +182,13 @@ def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Eva
         ops = ArrayApiOps(xp)
         return Direct(ops, _namespace_dtype(xp, dtype), like)
     bk = backend_for(dtype, device, like=like)
-    if isinstance(bk, TorchBackend) and (tracing() or bk.device.type == "meta"):
-        probe = like if is_torch(like) else bk.torch.empty(0, device=bk.device)
-        return Direct(TorchOps(), bk.dtype, probe)
+    if isinstance(bk, TorchBackend):
+        kind = bk.device.type
+        if tracing() or kind in ("meta", "mps"):
+            probe = like if is_torch(like) else bk.torch.empty(0, device=bk.device)
+            # exported graphs and MPS: no float64 anywhere
+            f32 = kind == "mps" or bool(bk.torch.compiler.is_exporting())
+            return Direct(TorchOps(), bk.dtype, probe, float32_only=f32)
     return Engine(bk)
 
 

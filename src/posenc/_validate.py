@@ -284,14 +284,11 @@ def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
     return _checked(name, t, False, low, high)
 
 
-def assert_traced(t: Any, message: str, largest: float | None = None) -> None:
-    """The value checks of a traced torch tensor, recorded in the graph so they survive
+def assert_traced(t: Any, message: str, limit: float = MAX_POSITION) -> None:
+    """A value check of a traced torch tensor, recorded in the graph so it survives
     ``torch.compile`` and ``torch.export`` (``torch._assert_async``: no host read, and on CUDA
-    no synchronisation): every value finite and within +-2^53, and, with ``largest`` (the
-    largest frequency), within the accuracy rule's angle."""
-    torch = _torch()
-    limit = MAX_POSITION if largest is None else min(MAX_POSITION, ANGLE_LIMIT / largest)
-    torch._assert_async((t.abs() <= limit).all(), message)
+    no synchronisation): every value finite and of magnitude at most ``limit``."""
+    _torch()._assert_async((t.abs() <= limit).all(), message)
 
 
 def tracing() -> bool:
@@ -351,6 +348,21 @@ def check_angles(
             f"{what} must keep |position| x frequency within {rule}: positions reach {bound:.6g} "
             f"and the largest frequency{' of preset ' + who if who else ''} is {largest:.6g}, "
             f"an angle of {angle:.6g}"
+        )
+
+
+def check_float32_only(largest: float, bound: float | None, what: str) -> None:
+    """What the float32-only evaluator (:mod:`posenc._float32`) needs: positions below 2^24
+    (where every integer is a float32) and frequencies below 2^15."""
+    if largest >= 2.0**15:
+        raise PosencError(
+            f"float32-only evaluation (exported graphs, MPS) needs frequencies below 2^15, "
+            f"got {largest:.6g}; evaluate eagerly, or on a device with float64"
+        )
+    if bound is not None and bound >= 2.0**24:
+        raise PosencError(
+            f"{what} must stay below 2^24 in float32-only evaluation (exported graphs, MPS), "
+            f"got {bound:.6g}"
         )
 
 

@@ -1,9 +1,10 @@
 """PyTorch modules: drop-in sinusoidal encodings for transformers, ViTs, DETR and diffusion.
 
 Every module holds a preset (an :class:`~posenc.Encoding` and a width) and calls the core,
-which chooses the evaluation (:mod:`posenc._evaluate`): eager calls run the exact engine, and
-traced ones (``torch.compile(fullgraph=True)``, ``torch.export``, ONNX) the same float64
-formula in torch ops; meta inputs give meta outputs. Angles are formed in float64 and the
+which chooses the evaluation (:mod:`posenc._evaluate`): eager calls run the exact engine,
+compiled ones (``torch.compile(fullgraph=True)``) the same float64 formula in torch ops, and
+exported ones (``torch.export``, ONNX) and MPS a float32-only formula within 1e-6
+(:mod:`posenc._float32`); meta inputs give meta outputs. Angles are formed in float64 and the
 result is rounded once to the dtype of the activations (to odd first for 16-bit dtypes), so
 ``module.to(torch.bfloat16)``, ``.half()`` and autocast never degrade the encoding.
 
