@@ -54,11 +54,13 @@ class _Output:
 
 
 class Engine(_Output):
-    """The exact engine on a NumPy or torch backend."""
+    """The exact engine on a NumPy or torch backend (``wrap`` converts its output: a torch
+    float16 request on the CPU runs on NumPy, whose float64 to float16 cast rounds once)."""
 
-    def __init__(self, bk: Backend) -> None:
+    def __init__(self, bk: Backend, wrap: Any = None) -> None:
         self.bk = bk
         self.dtype = bk.dtype
+        self.wrap = wrap
 
     def grid(
         self,
@@ -81,7 +83,7 @@ class Engine(_Output):
             row = (padding_idx - axes[0].start) / axes[0].step
             if row == int(row) and 0 <= row < cells:
                 out[extra + int(row)] = 0
-        return out
+        return out if self.wrap is None else self.wrap(out)
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
         """``[N, k]`` positions -> ``[N, dim]``."""
@@ -89,8 +91,8 @@ class Engine(_Output):
         out = self.bk.empty((x.shape[0], plan.dim))
         fill_points(self.bk, out, plan, x, integral)
         if padding_idx is not None:
-            out[x[:, 0] == padding_idx] = 0
-        return out
+            out[np.asarray(x[:, 0] == padding_idx) if self.wrap else x[:, 0] == padding_idx] = 0
+        return out if self.wrap is None else self.wrap(out)
 
 
 class Direct(_Output):
@@ -189,6 +191,10 @@ def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Eva
             # exported graphs and MPS: no float64 anywhere
             f32 = kind == "mps" or bool(bk.torch.compiler.is_exporting())
             return Direct(TorchOps(), bk.dtype, probe, float32_only=f32)
+        if kind == "cpu" and bk.dtype == bk.torch.float16:
+            # torch casts float64 to float16 through float32 (two roundings, so a round to
+            # odd first); NumPy's cast rounds once: the same numbers, 3-4x faster
+            return Engine(NumpyBackend(np.dtype(np.float16)), wrap=bk.torch.from_numpy)
     return Engine(bk)
 
 
