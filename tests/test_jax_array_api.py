@@ -63,24 +63,40 @@ def test_jax_grids_equal_numpy(strict, preset, shape, dim, kw):
     assert np.array_equal(_np(got), want)
 
 
+def _within_1e_6(got, want64: np.ndarray) -> None:
+    """Traced positions run the float32-only formula on the device: within 1e-6."""
+    got = _np(got)
+    assert got.dtype == np.float32
+    assert np.abs(got.astype(np.float64) - want64).max() < 1e-6
+
+
 def test_jit_with_traced_positions_and_two_lengths(strict):
     fn = jax.jit(lambda p: posenc.encode(p, 64, preset="whisper"))
     for length in (16, 3000):
         got = fn(jnp.arange(length) + 7)
-        assert np.array_equal(_np(got), posenc.table(length, 64, preset="whisper", offset=7))
+        _within_1e_6(got, posenc.table(length, 64, preset="whisper", offset=7, dtype=np.float64))
+    big = fn(jnp.arange(16) + 16_000_000)  # plain float32 would err by 1e-1 here
+    _within_1e_6(big, posenc.table(16, 64, preset="whisper", offset=16_000_000, dtype=np.float64))
     coords = jax.jit(lambda c: posenc.encode(c, 32, preset="mae"))
     cells = np.stack(np.meshgrid(np.arange(5), np.arange(6), indexing="ij"), -1).reshape(-1, 2)
-    assert np.array_equal(_np(coords(jnp.asarray(cells))), posenc.grid((5, 6), 32))
+    _within_1e_6(coords(jnp.asarray(cells)), posenc.grid((5, 6), 32, dtype=np.float64))
+
+
+def test_traced_positions_need_no_host_callback(strict):
+    jaxpr = jax.make_jaxpr(lambda p: posenc.encode(p, 64))(jnp.arange(8))
+    text = str(jaxpr)
+    assert "callback" not in text
+    assert "f64" not in text
 
 
 def test_vmap_and_timesteps(strict):
     batch = jnp.asarray(np.arange(24).reshape(4, 6))
     got = jax.vmap(lambda p: posenc.encode(p, 16))(batch)
-    assert np.array_equal(_np(got), posenc.encode(np.arange(24).reshape(4, 6), 16))
+    _within_1e_6(got, posenc.encode(np.arange(24).reshape(4, 6), 16, dtype=np.float64))
     t = jnp.asarray([0.0, 1.5, 999.0], dtype=jnp.float32)
     got = jax.jit(jax.vmap(lambda s: posenc.encode(s, 320, preset="timestep")))(t)
     assert got.shape == (3, 320)
-    assert np.array_equal(_np(got), posenc.encode(np.asarray(t), 320, preset="timestep"))
+    _within_1e_6(got, posenc.encode(np.asarray(t), 320, preset="timestep", dtype=np.float64))
 
 
 def test_jax_bfloat16_is_correctly_rounded(strict):
@@ -156,6 +172,7 @@ def test_nerf_coordinates_on_jax_and_array_api(strict):
     got = jax.jit(lambda c: posenc.encode(c, 3 * (1 + 2 * 6), preset="nerf", ndim=3))(
         jnp.asarray(x)
     )
-    assert np.array_equal(_np(got), want)
+    _within_1e_6(got, posenc.encode(x, 3 * (1 + 2 * 6), preset="nerf", ndim=3, dtype=np.float64))
+    assert np.array_equal(_np(posenc.encode(jnp.asarray(x), 39, preset="nerf", ndim=3)), want)
     strict_got = posenc.encode(xps.asarray(x), 3 * (1 + 2 * 6), preset="nerf", ndim=3)
     assert (np.abs(_np(strict_got) - want) <= np.spacing(np.abs(want))).all()

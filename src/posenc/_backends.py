@@ -510,6 +510,9 @@ class ArrayApiOps:
             xp.int32,
             xp.int64,
         )
+        jax = sys.modules.get("jax")
+        if jax is not None and xp.__name__.startswith("jax") and not jax.config.jax_enable_x64:
+            self.int64 = xp.int32  # JAX without x64 has no int64; indices fit in int32
 
     def asarray(self, values: Any, dtype: Any, like: Any) -> Any:
         return self.xp.asarray(values, dtype=dtype, device=_device(like))

@@ -40,7 +40,7 @@ from ._backends import (
 from ._engine import fill_grid, fill_points
 from ._layout import Plan
 from ._positions import Progression
-from ._validate import PosencError, check_size, tracing
+from ._validate import PosencError, _concrete, check_size, tracing
 
 
 class _Output:
@@ -137,31 +137,29 @@ class Direct(_Output):
 
 
 class Host(_Output):
-    """JAX without x64: the NumPy engine on the host; results come back as JAX arrays."""
+    """JAX without x64. Concrete positions and grids (whose positions are static): the NumPy
+    engine on the host, the same bits as NumPy, returned as JAX arrays. Positions traced by
+    ``jax.jit`` or ``jax.vmap``: the float32-only formula on the device, within 1e-6 (no host
+    callback, no float64)."""
 
     def __init__(self, dtype: Any) -> None:
         import jax.numpy as jnp
 
         self.jnp = jnp
-        self.dtype = np.dtype(_namespace_dtype(jnp, dtype))
+        self.jdtype = _namespace_dtype(jnp, dtype)
+        self.dtype = np.dtype(self.jdtype)
         self.engine = Engine(NumpyBackend(self.dtype))
 
     def grid(self, *args: Any, **kwargs: Any) -> Any:
         return self.jnp.asarray(self.engine.grid(*args, **kwargs))
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
-        import jax
-
-        def host(q: Any) -> np.ndarray:
-            q = np.asarray(q)
-            flat = q.reshape(-1, q.shape[-1])
-            out = self.engine.points(
-                plan, flat.astype(np.int64) if integral else flat, integral, padding_idx
-            )
-            return np.asarray(out).reshape(*q.shape[:-1], plan.dim)
-
-        spec = jax.ShapeDtypeStruct((*x.shape[:-1], plan.dim), self.dtype)
-        return jax.pure_callback(host, spec, x, vmap_method="expand_dims")
+        if not _concrete(x):
+            ops = ArrayApiOps(array_namespace(x))
+            return _direct.points(ops, x, plan, self.jdtype, padding_idx, True, integral)
+        q = np.asarray(x)
+        out = self.engine.points(plan, q.astype(np.int64) if integral else q, integral, padding_idx)
+        return self.jnp.asarray(out)
 
 
 Evaluator = Engine | Direct | Host
