@@ -95,3 +95,17 @@ def test_the_constants_are_exact_pieces():
         assert mantissa.numerator.bit_length() <= 12 or piece == 0
     total = Fraction(o1) + Fraction(o2) + Fraction(o3)
     assert abs(total - Fraction(w)) <= Fraction(w) * Fraction(1, 2**47)
+
+
+@pytest.mark.parametrize(("start", "step"), [(16_000_000.0, 1.0), (0.0, 1 / 0.7), (-5000.5, 3.0)])
+def test_progressions_by_angle_sums_stay_within_1e_6(start, step):
+    """Concrete progressions join a table of 64-row block starts and one of 64 offsets by the
+    angle-sum identities; the result stays within 1e-6 of float64."""
+    from posenc._positions import Progression
+
+    plan = channel_plan(posenc.preset("vaswani").encoding, 64, 1, "vaswani", None)
+    prog = Progression(start, step, 1000)
+    got = _direct.grid(NumpyOps(), [prog], [0], plan, np.float32, None, float32_only=True)
+    want = posenc.encode(start + np.arange(1000) * step, 64, dtype=np.float64)
+    assert got.dtype == np.float32
+    assert np.abs(got - want).max() < 1e-6

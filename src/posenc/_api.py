@@ -21,6 +21,7 @@ from ._validate import (
     check_float32_only,
     check_int,
     check_real,
+    tracing,
 )
 
 
@@ -93,10 +94,29 @@ def table(
     pl = channel_plan(enc, dim, 1, p.label(options), channels)
     if is_torch(like) and device is None:
         device = like.device
+    return evaluate_span(pl, offset_f, length, dtype=dtype, device=device, like=like,
+                         padding_idx=enc.padding_idx)  # fmt: skip
+
+
+def evaluate_span(
+    pl: Plan,
+    start: float,
+    length: Any,
+    *,
+    dtype: Any,
+    device: Any,
+    like: Any = None,
+    padding_idx: int | None = None,
+) -> Any:
+    """Rows ``start … start + length - 1`` under a resolved 1D plan: the evaluation half of
+    :func:`table`, which modules call for a run of positions (a table is every evaluator's
+    fastest form). Under tracing ``length`` may be symbolic; the checks then wait for eager
+    calls."""
     ev = evaluator(like=like, dtype=dtype, device=device)
-    prog = Progression(offset_f, 1.0, length)
-    _check(pl, prog.bound, "`offset` and `length`", ev)
-    return ev.grid(pl, [prog], [0], padding_idx=enc.padding_idx)
+    prog = Progression(start, 1.0, length)
+    if not tracing():
+        _check(pl, prog.bound, "`offset` and `length`", ev)
+    return ev.grid(pl, [prog], [0], padding_idx=padding_idx)
 
 
 def _check(pl: Plan, bound: float | None, what: str, ev: Evaluator) -> None:

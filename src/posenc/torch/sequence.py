@@ -203,7 +203,14 @@ class PositionalEncoding(_Cached):
             if table is not None:
                 pe = table[start : start + length]
             else:
-                pe = self._rows(torch.arange(start, start + length, device=x.device), x.dtype)
+                pe = _api.evaluate_span(
+                    self._plan,
+                    float(start),
+                    length,
+                    dtype=x.dtype,
+                    device=x.device,
+                    padding_idx=self.enc.padding_idx,
+                )
         if pe.ndim == 3 and not self.batch_first:
             return pe.transpose(0, 1)
         return pe if self.batch_first or pe.ndim == 3 else pe.unsqueeze(1)
