@@ -321,3 +321,36 @@ def test_onnx_graph_has_no_double_and_runs_within_1e_6(tmp_path):
         )
         want = posenc.encode(positions, 64, dtype=np.float64)
         assert np.abs(got[0].astype(np.float64) - want).max() < 1e-6
+
+
+def test_bfloat16_tables_fix_only_the_midpoints():
+    """torch casts float32 to bfloat16 correctly; rounding float64 to float32 first is wrong
+    only on bfloat16 midpoints, which the backend steps off. Against the float64 value
+    rounded once (NumPy float64 -> nearest bfloat16 by exact integer arithmetic), on values
+    planted exactly at, just above and just below midpoints."""
+    from posenc._backends import _bfloat16_ready
+
+    rng = np.random.default_rng(3)
+    grid = torch.from_numpy(rng.uniform(-1, 1, 20_000)).to(torch.bfloat16).double()
+    half = torch.from_numpy(np.spacing(grid.float().numpy()).astype(np.float64)) * 2**15
+    x = torch.cat([grid + half, grid + half + 2**-40, grid + half - 2**-40, grid - half])
+    got = _bfloat16_ready(torch, x.clone()).to(torch.bfloat16).double()
+    # the reference: the two bfloat16 neighbours of x, and the nearer one (ties to even)
+    lo = x.to(torch.float32).to(torch.bfloat16).double()  # some neighbour; find both
+    below = torch.where(
+        lo <= x,
+        lo,
+        torch.nextafter(
+            lo.to(torch.bfloat16), torch.tensor(-np.inf, dtype=torch.bfloat16)
+        ).double(),
+    )
+    above = torch.nextafter(
+        below.to(torch.bfloat16), torch.tensor(np.inf, dtype=torch.bfloat16)
+    ).double()
+    pick_above = (above - x < x - below) | (
+        (above - x == x - below) & ((above.to(torch.bfloat16).view(torch.int16) & 1) == 0)
+    )
+    want = torch.where(pick_above, above, below)
+    assert torch.equal(got, want)
+    naive = x.to(torch.float32).to(torch.bfloat16).double()
+    assert not torch.equal(naive, want)  # the planted values do catch double rounding
