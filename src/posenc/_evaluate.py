@@ -87,11 +87,13 @@ class Engine(_Output):
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
         """``[N, k]`` positions -> ``[N, dim]``."""
+        if self.wrap is not None:  # a NumPy engine serving torch: CPU positions, no copy
+            x = np.asarray(x)
         check_size("the output", (x.shape[0], plan.dim), _itemsize(self.dtype), _dev(self.bk))
         out = self.bk.empty((x.shape[0], plan.dim))
         fill_points(self.bk, out, plan, x, integral)
         if padding_idx is not None:
-            out[np.asarray(x[:, 0] == padding_idx) if self.wrap else x[:, 0] == padding_idx] = 0
+            out[x[:, 0] == padding_idx] = 0
         return out if self.wrap is None else self.wrap(out)
 
 
