@@ -716,3 +716,19 @@ def test_fuzz_identify_on_random_and_damaged_files(tmp_path):
             _assert_clean(code, err, "identify")
 
     check()
+
+
+def test_version_and_bare_usage():
+    proc = run("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"posenc {posenc.__version__}"
+    proc = run()
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: posenc")
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_package_is_typed():
+    from importlib import resources
+
+    assert resources.files("posenc").joinpath("py.typed").is_file()

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import _api
+from .. import __version__, _api
 from .._engine import PROGRESS
 from .._validate import MAX_AXES, PosencError
 from .files import (
@@ -349,7 +349,8 @@ def parser() -> argparse.ArgumentParser:
         prog="posenc",
         description="Sinusoidal positional encodings: every convention, exact.",
     )
-    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    top.add_argument("--version", action="version", version=f"posenc {__version__}")
+    sub = top.add_subparsers(dest="command", parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="write a few figures and print what they show")
     demo.add_argument("--out", default="posenc-demo", help="directory (default posenc-demo)")
@@ -446,7 +447,11 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     with _signals():
         try:
-            args = parser().parse_args(argv)
+            top = parser()
+            args = top.parse_args(argv)
+            if args.command is None:  # bare `posenc`: the usage, as a failure
+                top.print_usage(sys.stderr)
+                return EXIT_FAILURE
             return int(args.run(args))
         except PosencError as err:
             return _fail(str(err))
