@@ -5,12 +5,14 @@ returns one of three evaluators with the same two methods (``grid`` for tables a
 ``points`` for position arrays):
 
 - :class:`Engine`: NumPy, and eager PyTorch on a real device: the fast exact engine
-  (:mod:`posenc._engine`);
-- :class:`Direct`: the float64 formula in plain array operations (:mod:`posenc._direct`):
-  traced torch code (compile, export, ONNX), meta tensors (meta in, meta out), JAX with x64,
-  any other Array API library;
-- :class:`Host`: JAX with x64 off, whose devices have no float64: the NumPy engine on the
-  host, through ``jax.pure_callback`` (traced positions too), bit for bit the NumPy path.
+  (:mod:`posenc._engine`); a torch float16 request on the CPU runs on NumPy, whose float64 to
+  float16 cast rounds once;
+- :class:`Direct`: the formula in plain array operations (:mod:`posenc._direct`): in float64
+  for ``torch.compile``, meta tensors (meta in, meta out), JAX with x64 and other Array API
+  libraries; in float32 alone (:mod:`posenc._float32`) for ``torch.export``, ONNX and MPS;
+- :class:`JaxX32`: JAX with x64 off, whose devices have no float64: concrete arrays and grids
+  on the NumPy engine (bit for bit the NumPy path), traced positions in float32 alone on the
+  device.
 
 Every evaluator checks the output size against the memory that must hold it before
 allocating (:func:`posenc._validate.check_size`).
@@ -138,7 +140,7 @@ class Direct(_Output):
         )
 
 
-class Host(_Output):
+class JaxX32(_Output):
     """JAX without x64. Concrete positions and grids (whose positions are static): the NumPy
     engine on the host, the same bits as NumPy, returned as JAX arrays. Positions traced by
     ``jax.jit`` or ``jax.vmap``: the float32-only formula on the device, within 1e-6 (no host
@@ -164,7 +166,7 @@ class Host(_Output):
         return self.jnp.asarray(out)
 
 
-Evaluator = Engine | Direct | Host
+Evaluator = Engine | Direct | JaxX32
 
 
 def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Evaluator:
@@ -172,15 +174,15 @@ def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Eva
     ``like=`` argument), in ``dtype`` on ``device``.
 
     NumPy (or nothing): the engine. torch: the engine when eager on a real device, the direct
-    formula when traced or on meta. JAX: on the host without x64, else direct. Any other Array
-    API library: direct.
+    formula when traced, exported or on meta and MPS. JAX without x64: :class:`JaxX32`; with
+    x64: direct. Any other Array API library: direct.
     """
     xp = array_namespace(like)
     if xp is not None:
         if device is not None:
             raise PosencError("`device` applies to torch output only; the result follows `like`")
         if _is_jax(like) and not _x64():
-            return Host(dtype)
+            return JaxX32(dtype)
         ops = ArrayApiOps(xp)
         return Direct(ops, _namespace_dtype(xp, dtype), like)
     bk = backend_for(dtype, device, like=like)
