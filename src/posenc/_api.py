@@ -123,7 +123,7 @@ def _check(pl: Plan, bound: float | None, what: str, ev: Evaluator) -> None:
     """The accuracy rule, and included inputs (NeRF) that the output dtype can hold."""
     c = pl.constants
     check_angles(c.largest, bound, what, exact=c.exact, who=pl.who)
-    if getattr(ev, "float32_only", False):
+    if ev.float32_only:
         check_float32_only(c.largest, bound, what)
     if c.identities and bound is not None and bound > ev.largest:
         raise PosencError(
@@ -198,7 +198,7 @@ def evaluate_points(
         c = pl.constants  # traced: the accuracy rule goes into the graph
         if not c.exact:
             assert_traced(x, c.angle_rule, min(MAX_POSITION, ANGLE_LIMIT / c.largest))
-        if getattr(ev, "float32_only", False):
+        if ev.float32_only:
             assert_traced(x, "`positions` must stay below 2^24 in float32-only graphs", 2.0**24)
     flat = _reshape(ev, x, (-1, pl.ndim))
     out = ev.points(pl, flat, pos.integral, padding_idx)

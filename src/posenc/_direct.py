@@ -35,23 +35,24 @@ def _sincos(
 BLOCK = 64  # float32 progressions: rows 64 a + b from a table of blocks and one of offsets
 
 
-def _progression32(ops: Ops, pos: Progression, omega: tuple[float, ...], like: Any) -> Any:
-    """``sin, cos`` of ``(start + i step) w`` for ``i < n``, float32 alone: the exact float32
-    formula for the block starts ``64 a`` (with the phase ``start w``) and for the offsets
-    ``b < 64``, joined by the angle-sum identities (six float32 operations a value instead of
-    some thirty): within 5e-7 of the truth."""
+def _progression32(
+    ops: Ops, steps: Any, pos: Progression, omega: tuple[float, ...], like: Any
+) -> Any:
+    """``sin, cos`` of ``(start + i step) w`` for the float32 ``steps`` ``i`` (``[n, 1]``),
+    float32 alone: the exact float32 formula for the block starts ``64 a`` (with the phase
+    ``start w``) and for the offsets ``b < 64``, joined by the angle-sum identities (six
+    float32 operations a value instead of some thirty): within 5e-7 of the truth."""
     n = pos.length
     step = tuple(pos.step * w for w in omega)
     phase = tuple(pos.start * w for w in omega)
     if not isinstance(n, int):  # a symbolic length (dynamic export): the block table's size
-        rows = ops.reshape(ops.arange(n, like, ops.float32), (-1, 1))  # would guard on it
-        return _float32.sincos(ops, rows, step, phase, integral=True)
+        return _float32.sincos(ops, steps, step, phase, integral=True)  # would guard on it
     blocks = (n + BLOCK - 1) // BLOCK
     starts = ops.reshape(ops.arange(blocks, like, ops.float32), (blocks, 1))
     offsets = ops.reshape(ops.arange(BLOCK, like, ops.float32), (BLOCK, 1))
     sa, ca = _float32.sincos(ops, starts * BLOCK, step, phase, integral=True)
     sb, cb = _float32.sincos(ops, offsets, step, integral=True)
-    i = ops.arange(n, like, ops.float32)
+    i = ops.reshape(steps, (n,))
     block = ops.floor(i * (1.0 / BLOCK))
     a = ops.astype(block, ops.int64)  # row i = 64 a + b, gathered (no symbolic reshape)
     b = ops.astype(i - block * BLOCK, ops.int64)
@@ -113,7 +114,7 @@ def grid(
             steps = ops.reshape(ops.arange(pos.length, like, work), (-1, 1))
             values = steps * pos.step + pos.start
             if float32_only:
-                sin, cos = _progression32(ops, pos, omega, like)
+                sin, cos = _progression32(ops, steps, pos, omega, like)
             else:
                 sin, cos = _sincos(ops, values, omega, False)
         else:

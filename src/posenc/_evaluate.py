@@ -49,6 +49,7 @@ class _Output:
     """What every evaluator knows of its output: the dtype, and its largest finite value."""
 
     dtype: Any
+    float32_only = False  # every operation in float32 (Direct in exports and on MPS)
 
     @property
     def largest(self) -> float:

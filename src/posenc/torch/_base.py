@@ -115,8 +115,19 @@ class _Cached(_Module):
         self._tables[self._dtype] = self._build(self._dtype)
 
     def _build(self, dtype: torch.dtype) -> Tensor:
-        positions = torch.arange(self.cached_length, device=self._device)
-        return self._computed(as_positions(positions), dtype)
+        return self._span(0, self.cached_length, dtype, self._device)
+
+    def _span(self, start: int, length: Any, dtype: torch.dtype, device: Any) -> Tensor:
+        """Rows ``start … start + length - 1``: a run of positions, evaluated as a table
+        (every evaluator's fastest form; ``length`` may be symbolic under tracing)."""
+        return _api.evaluate_span(
+            self._plan,
+            float(start),
+            length,
+            dtype=dtype,
+            device=device,
+            padding_idx=self.enc.padding_idx,
+        )
 
     def _moved(self) -> None:
         self.reset_parameters()
@@ -127,9 +138,7 @@ class _Cached(_Module):
         )
 
     def _expected_table(self, rows: int) -> np.ndarray | str:
-        cpu = torch.arange(rows)
-        table = self._computed(as_positions(cpu), torch.float64)
-        return table.numpy()
+        return self._span(0, rows, torch.float64, torch.device("cpu")).numpy()
 
     def _cache_for(self, length: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
         """The kept table in ``dtype`` when it covers ``length`` rows on ``device``. Activations

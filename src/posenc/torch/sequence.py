@@ -203,14 +203,7 @@ class PositionalEncoding(_Cached):
             if table is not None:
                 pe = table[start : start + length]
             else:
-                pe = _api.evaluate_span(
-                    self._plan,
-                    float(start),
-                    length,
-                    dtype=x.dtype,
-                    device=x.device,
-                    padding_idx=self.enc.padding_idx,
-                )
+                pe = self._span(start, length, x.dtype, x.device)
         if pe.ndim == 3 and not self.batch_first:
             return pe.transpose(0, 1)
         return pe if self.batch_first or pe.ndim == 3 else pe.unsqueeze(1)
