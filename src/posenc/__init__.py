@@ -14,6 +14,8 @@ from ._backends import get_num_threads, set_num_threads
 from ._engine import set_table_cache
 from ._positions import fairseq_positions
 from ._presets import Preset
+from ._rope import apply_rope, rope
+from ._scaling import softmax_scale
 from ._sharding import context_parallel_positions, tensor_parallel_channels
 from ._spec import Encoding
 from ._validate import PosencError
@@ -24,6 +26,7 @@ __all__ = [
     "Encoding",
     "PosencError",
     "Preset",
+    "apply_rope",
     "context_parallel_positions",
     "detr",
     "encode",
@@ -32,8 +35,10 @@ __all__ = [
     "grid",
     "preset",
     "presets",
+    "rope",
     "set_num_threads",
     "set_table_cache",
+    "softmax_scale",
     "table",
     "tensor_parallel_channels",
 ]

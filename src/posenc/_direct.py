@@ -82,7 +82,7 @@ def points(
     basis = ops.reshape(ops.stack([sin, cos], axis=-1), (-1, 2 * len(c.omega)))
     basis = ops.concat([basis, xw[:, :1] * 0.0, xw], axis=1)
     out = ops.take(basis, ops.asarray(c.columns, ops.int64, xw), axis=1)
-    out = _rounded(ops, out, dtype, float32_only)
+    out = _rounded(ops, out * c.amplitude if c.amplitude != 1 else out, dtype, float32_only)
     if padding_idx is not None:
         out = ops.where(xw[:, :1] == float(padding_idx), out * 0, out)
     return out
@@ -128,4 +128,5 @@ def grid(
         view[order.index(a)] = n
         part = ops.reshape(part, (*view, plan.dim))
         out = part if out is None else out + part
-    return _rounded(ops, out, dtype, float32_only)
+    amplitude = plan.constants.amplitude
+    return _rounded(ops, out * amplitude if amplitude != 1 else out, dtype, float32_only)

@@ -248,9 +248,21 @@ def _write(
     """
     width = 2 * len(ap.omega)
     runs = ap.runs
+    scaled = ap.amplitude != 1.0
+
+    def basis(exact: bool = False) -> Any:
+        """The float64 basis of rows ``lo:hi`` (or in the basis dtype, rounded once, when
+        neither ``exact`` nor scaled), times the amplitude."""
+        b = bk.temp(hi - lo, width, exact=exact or scaled)
+        compute(lo, hi, b)
+        if scaled:
+            b *= ap.amplitude
+        return b
+
     if (
         len(shape) == 1
         and not bk.sixteen
+        and not scaled
         and len(runs) == 1
         and runs[0].src == slice(0, width, 1)
         and runs[0].dst.step == 1
@@ -260,24 +272,18 @@ def _write(
     elif len(shape) > 1:
         # a grid axis: its few rows are put in channel order once, then broadcast over the
         # other axes in contiguous runs of channels
-        basis = bk.temp(hi - lo, width, exact=True)
-        compute(lo, hi, basis)
         order, spans = _channel_order(runs, width)
-        ordered = bk.cast(bk.rounded(basis)[:, order], out.dtype)
+        ordered = bk.cast(bk.rounded(basis(exact=True))[:, order], out.dtype)
         for first, dst in spans:
             count = len(range(dst.stop)[dst])
             out[(*index, dst)] = ordered[:, first : first + count].reshape(*shape, count)
     elif (pairs := _pairs(runs, width // 2)) is not None:
-        basis = bk.temp(hi - lo, width, exact=True)
-        compute(lo, hi, basis)
-        rounded = bk.rounded(basis).reshape(*shape, width // 2, 2)
+        rounded = bk.rounded(basis(exact=True)).reshape(*shape, width // 2, 2)
         bk.scatter_pairs(out[index], rounded, *pairs)
     else:
-        basis = bk.temp(hi - lo, width)
-        compute(lo, hi, basis)
-        basis = bk.rounded(basis)
+        ready = bk.rounded(basis())
         for run in runs:
-            out[(*index, run.dst)] = basis[:, run.src].reshape(*shape, -1)
+            out[(*index, run.dst)] = ready[:, run.src].reshape(*shape, -1)
     for j in ap.identity:
         out[(*index, j)] = bk.rounded(x).reshape(shape)
 
@@ -453,5 +459,6 @@ def set_table_cache(max_bytes: int) -> None:
 def _span_key(bk: Backend, plan: Plan, lowest: int, rows: int) -> tuple[Any, ...]:
     """What a kept table of positions ``lowest … lowest+rows-1`` depends on."""
     device = getattr(bk, "device", None)
-    key = (plan.omega.tobytes(), plan.axis.tobytes(), plan.src.tobytes(), lowest, rows)
+    key = (plan.omega.tobytes(), plan.axis.tobytes(), plan.src.tobytes(), plan.amplitude)
+    key = (*key, lowest, rows)
     return (*key, bk.name, str(bk.dtype), str(device))

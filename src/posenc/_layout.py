@@ -49,6 +49,7 @@ class AxisPlan:
     omega: np.ndarray  # float64 [n]: basis column 2i is sin(x*omega[i]), 2i+1 is cos
     runs: tuple[Run, ...]
     identity: tuple[int, ...]  # output channels holding x itself
+    amplitude: float = 1.0  # multiplies every sine and cosine before the one rounding
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class PlanConstants:
     largest: float  # the largest frequency (0 when none)
     exact: bool  # every frequency a power of two: exact products
     identities: bool  # some channel holds a position itself
+    amplitude: float  # multiplies every sine and cosine before the rounding
     angle_rule: str  # the accuracy rule's message for traced positions (no formatting there)
 
 
@@ -71,6 +73,8 @@ class Plan:
     axis: np.ndarray  # int64 [U]
     src: np.ndarray  # int64 [dim]
     who: str = ""  # the preset and the caller's options, for messages
+    amplitude: float = 1.0  # RoPE's attention factor: every sine and cosine is multiplied
+    # by it in float64, before the one rounding
 
     def select(self, channels: slice) -> Plan:
         """The plan of channels ``start:stop`` only, with the frequencies they use.
@@ -85,7 +89,9 @@ class Plan:
         sincos = src >= 0
         src = src.copy()
         src[sincos] = 2 * remap[src[sincos] // 2] + src[sincos] % 2
-        return Plan(len(src), self.ndim, self.omega[used], self.axis[used], src, self.who)
+        return Plan(
+            len(src), self.ndim, self.omega[used], self.axis[used], src, self.who, self.amplitude
+        )
 
     @functools.cached_property
     def exact(self) -> bool:
@@ -137,6 +143,7 @@ class Plan:
             largest,
             self.exact,
             self.identities,
+            self.amplitude,
             "`positions` must keep |position| x frequency within angles below 2^27 rad (the "
             f"largest frequency of preset {self.who} is {largest:.6g})",
         )
@@ -157,39 +164,54 @@ class Plan:
                 if s >= 0 and int(s) // 2 in local
             ]
             identity = tuple(j for j, s in enumerate(self.src) if s == ident(a))
-            out.append(AxisPlan(a, self.omega[us], _runs(pairs), identity))
+            out.append(AxisPlan(a, self.omega[us], _runs(pairs), identity, self.amplitude))
         return tuple(out)
 
 
 def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
-    """Group (dst, src) pairs into strided slices of both: interleaved is one run, halves two,
-    NeRF's frequency-major channels one per axis."""
+    """Group (dst, src) pairs (in channel order) into strided slices of both: interleaved is
+    one run, halves two, NeRF's frequency-major channels one per axis; a column that feeds
+    several channels (RoPE's duplicated cosines) starts a run per copy.
+
+    A run starts at the first pair not yet taken; its step is that to the nearest of the next
+    few untaken pairs further along in both channel and column, and it extends while the
+    progression's next pair is present and untaken.
+    """
+    where = {d: s for d, s in pairs}
+    taken: set[int] = set()
     runs: list[Run] = []
-    i = 0
-    while i < len(pairs):
-        d0, s0 = pairs[i]
-        if i + 1 < len(pairs):
-            step_d, step_s = pairs[i + 1][0] - d0, pairs[i + 1][1] - s0
-        else:
-            step_d = step_s = 1
+    for i, (d0, s0) in enumerate(pairs):
+        if d0 in taken:
+            continue
+        step_d = step_s = 1
+        ahead = 0
+        for d1, s1 in pairs[i + 1 :]:
+            if d1 in taken:
+                continue
+            if s1 > s0:
+                step_d, step_s = d1 - d0, s1 - s0
+                break
+            ahead += 1
+            if ahead == LOOKAHEAD:
+                break
         length = 1
-        while (
-            i + length < len(pairs)
-            and step_d > 0
-            and step_s > 0
-            and pairs[i + length] == (d0 + length * step_d, s0 + length * step_s)
+        while (d := d0 + length * step_d) in where and d not in taken and (
+            where[d] == s0 + length * step_s
         ):
             length += 1
         if length == 1:
             step_d = step_s = 1
+        taken.update(range(d0, d0 + (length - 1) * step_d + 1, step_d))
         runs.append(
             Run(
                 slice(d0, d0 + (length - 1) * step_d + 1, step_d),
                 slice(s0, s0 + (length - 1) * step_s + 1, step_s),
             )
         )
-        i += length
     return tuple(runs)
+
+
+LOOKAHEAD = 4  # untaken pairs a run's start looks past for its second pair
 
 
 def _block_widths(enc: Encoding, width: int, ndim: int, who: str, dim: int) -> list[int]:
