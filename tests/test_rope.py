@@ -83,7 +83,8 @@ def ref_omega(rule: dict | None, d: int, base: float, seq_len: int) -> tuple[lis
         af = mpmath.sqrt(1 + mpmath.log(f) / mpmath.log(length))
         return [x / mpmath.mpf(e) for x, e in zip(w, rule[key], strict=True)], af
     if kind == "llama3":
-        f, low, high = (mpmath.mpf(rule[k]) for k in ("factor", "low_freq_factor", "high_freq_factor"))
+        keys = ("factor", "low_freq_factor", "high_freq_factor")
+        f, low, high = (mpmath.mpf(rule[k]) for k in keys)
         length = rule["original_max_position_embeddings"]
         out = []
         for x in w:
@@ -134,7 +135,8 @@ def test_every_rule_within_6e8_of_mpmath(name, base):
     pos = np.array(POSITIONS)
     cos, sin = posenc.rope(pos, 64, base=base, scaling=rule)
     c, s, af = ref_tables(POSITIONS, rule, 64, base)
-    assert cos.dtype == np.float32 and cos.shape == (len(pos), 64)
+    assert cos.dtype == np.float32
+    assert cos.shape == (len(pos), 64)
     bound = 6e-8 * max(1.0, af)
     assert np.abs(cos - c).max() <= bound, np.abs(cos - c).max()
     assert np.abs(sin - s).max() <= bound, np.abs(sin - s).max()
@@ -252,8 +254,10 @@ def test_flux_pos_embed_matches_diffusers():
     )  # fmt: skip
     want_cos, want_sin = flux.FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])(ids)
     cos, sin = posenc.rope(ids, 128, axes_dim=(16, 56, 56), layout="interleaved")
-    assert embeddings is not None and cos.dtype == want_cos.dtype == torch.float32
-    assert (cos - want_cos).abs().max() <= 2.0**-24 and (sin - want_sin).abs().max() <= 2.0**-24
+    assert embeddings is not None
+    assert cos.dtype == want_cos.dtype == torch.float32
+    assert (cos - want_cos).abs().max() <= 2.0**-24
+    assert (sin - want_sin).abs().max() <= 2.0**-24
 
 
 def test_proportional_rule():
@@ -270,7 +274,8 @@ def test_proportional_rule():
 def test_torch_meta_device():
     torch = pytest.importorskip("torch")
     cos, sin = posenc.rope(torch.zeros(2, 9, dtype=torch.int64, device="meta"), 64, scaling=YARN)
-    assert cos.device.type == sin.device.type == "meta" and cos.shape == (2, 9, 64)
+    assert cos.device.type == sin.device.type == "meta"
+    assert cos.shape == (2, 9, 64)
     with raises("`seq_len`", "dynamic"):
         posenc.rope(torch.zeros(2, 9, dtype=torch.int64, device="meta"), 64,
                     scaling=RULES["dynamic-long"])  # fmt: skip
@@ -286,42 +291,61 @@ def test_softmax_scale_deepseek():
 
 
 ERRORS = [
-    (dict(dim=63), ("`dim`", "even", "63")),
-    (dict(dim=0), ("`dim`", "0")),
-    (dict(scaling={"rope_type": "ntk"}), ("scaling['rope_type']", "'ntk'")),
-    (dict(scaling={"rope_type": "linear"}), ("scaling['factor']", "required", "linear")),
-    (dict(scaling={"rope_type": "linear", "factor": -2.0}), ("scaling['factor']", "-2.0")),
-    (dict(scaling={"rope_type": "linear", "factor": 0}), ("scaling['factor']", "0")),
-    (dict(scaling={"rope_type": "linear", "factor": float("nan")}), ("scaling['factor']",)),
-    (dict(scaling={"rope_type": "dynamic", "factor": 2.0}),
-     ("scaling['max_position_embeddings']", "required")),
-    (dict(scaling={"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 0}),
-     ("scaling['max_position_embeddings']", "0")),
-    (dict(scaling={"rope_type": "yarn", "factor": 4.0}),
-     ("scaling['original_max_position_embeddings']", "required")),
-    (dict(scaling={"rope_type": "yarn", "original_max_position_embeddings": 4096}),
-     ("scaling['factor']", "max_position_embeddings")),
-    (dict(scaling={**YARN, "truncate": "no"}), ("scaling['truncate']", "'no'")),
-    (dict(scaling={**YARN, "beta_fast": -1}), ("scaling['beta_fast']", "-1")),
-    (dict(scaling={**YARN, "low_freq_factor": 1.0}), ("scaling['low_freq_factor']", "yarn")),
-    (dict(scaling={**_longrope(32), "long_factor": [1.0] * 3}),
-     ("scaling['long_factor']", "32", "3")),
-    (dict(scaling={**_longrope(32), "short_factor": [1.0] * 31 + [0.0]}),
-     ("scaling['short_factor'][31]", "0.0")),
-    (dict(scaling={**LLAMA3, "low_freq_factor": 4.0, "high_freq_factor": 1.0}),
-     ("scaling['low_freq_factor']", "high_freq_factor")),
-    (dict(scaling={"rope_theta": 5e5}), ("scaling['rope_theta']", "`base`")),
-    (dict(scaling={"partial_rotary_factor": 0.5}), ("scaling['partial_rotary_factor']", "`dim`")),
-    (dict(scaling="linear"), ("`scaling`", "'linear'")),
-    (dict(layout="rotate_half"), ("`layout`", "'rotate_half'")),
-    (dict(base=-1.0), ("`base`", "-1.0")),
-    (dict(sections=(16, 24, 23)), ("`sections`", "32", "63")),
-    (dict(sections=(16, 0, 16)), ("sections[1]", "0")),
-    (dict(axes_dim=(16, 16, 31)), ("`axes_dim`", "64")),
-    (dict(interleave_sections=True), ("`interleave_sections`", "`sections`")),
-    (dict(seq_len=0, scaling={"rope_type": "dynamic", "factor": 2.0,
-                              "max_position_embeddings": 4}), ("`seq_len`", "0")),
-    (dict(compat="vllm"), ("`compat`", "'vllm'")),
+    ({"dim": 63}, ("`dim`", "even", "63")),
+    ({"dim": 0}, ("`dim`", "0")),
+    ({"scaling": {"rope_type": "ntk"}}, ("scaling['rope_type']", "'ntk'")),
+    ({"scaling": {"rope_type": "linear"}}, ("scaling['factor']", "required", "linear")),
+    ({"scaling": {"rope_type": "linear", "factor": -2.0}}, ("scaling['factor']", "-2.0")),
+    ({"scaling": {"rope_type": "linear", "factor": 0}}, ("scaling['factor']", "0")),
+    ({"scaling": {"rope_type": "linear", "factor": float("nan")}}, ("scaling['factor']",)),
+    (
+        {"scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        ("scaling['max_position_embeddings']", "required"),
+    ),
+    (
+        {"scaling": {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 0}},
+        ("scaling['max_position_embeddings']", "0"),
+    ),
+    (
+        {"scaling": {"rope_type": "yarn", "factor": 4.0}},
+        ("scaling['original_max_position_embeddings']", "required"),
+    ),
+    (
+        {"scaling": {"rope_type": "yarn", "original_max_position_embeddings": 4096}},
+        ("scaling['factor']", "max_position_embeddings"),
+    ),
+    ({"scaling": {**YARN, "truncate": "no"}}, ("scaling['truncate']", "'no'")),
+    ({"scaling": {**YARN, "beta_fast": -1}}, ("scaling['beta_fast']", "-1")),
+    ({"scaling": {**YARN, "low_freq_factor": 1.0}}, ("scaling['low_freq_factor']", "yarn")),
+    (
+        {"scaling": {**_longrope(32), "long_factor": [1.0] * 3}},
+        ("scaling['long_factor']", "32", "3"),
+    ),
+    (
+        {"scaling": {**_longrope(32), "short_factor": [1.0] * 31 + [0.0]}},
+        ("scaling['short_factor'][31]", "0.0"),
+    ),
+    (
+        {"scaling": {**LLAMA3, "low_freq_factor": 4.0, "high_freq_factor": 1.0}},
+        ("scaling['low_freq_factor']", "high_freq_factor"),
+    ),
+    ({"scaling": {"rope_theta": 5e5}}, ("scaling['rope_theta']", "`base`")),
+    ({"scaling": {"partial_rotary_factor": 0.5}}, ("scaling['partial_rotary_factor']", "`dim`")),
+    ({"scaling": "linear"}, ("`scaling`", "'linear'")),
+    ({"layout": "rotate_half"}, ("`layout`", "'rotate_half'")),
+    ({"base": -1.0}, ("`base`", "-1.0")),
+    ({"sections": (16, 24, 23)}, ("`sections`", "32", "63")),
+    ({"sections": (16, 0, 16)}, ("sections[1]", "0")),
+    ({"axes_dim": (16, 16, 31)}, ("`axes_dim`", "64")),
+    ({"interleave_sections": True}, ("`interleave_sections`", "`sections`")),
+    (
+        {
+            "seq_len": 0,
+            "scaling": {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4},
+        },
+        ("`seq_len`", "0"),
+    ),
+    ({"compat": "vllm"}, ("`compat`", "'vllm'")),
 ]
 
 
@@ -347,5 +371,6 @@ def test_positions_with_the_wrong_axes():
 
 def test_exact_tables_are_views_of_one_array():
     cos, sin = posenc.rope(np.arange(10), 8)
-    assert cos.base is not None and cos.base is sin.base
+    assert cos.base is not None
+    assert cos.base is sin.base
     assert as_float64(cos).shape == (10, 8)

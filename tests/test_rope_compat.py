@@ -17,7 +17,7 @@ from tests.helpers import raises
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-HIDDEN = dict(hidden_size=256, num_attention_heads=4)  # head_dim 64
+HIDDEN = {"hidden_size": 256, "num_attention_heads": 4}  # head_dim 64
 
 
 def _module(family: str, config):
@@ -37,32 +37,32 @@ SHORT24, LONG24 = _longrope_lists(24, 1)
 
 # family, config, posenc kwargs (read off the config by hand), positions' largest value
 CASES = {
-    "llama": ("llama", lambda: T.LlamaConfig(**HIDDEN), dict(dim=64)),
+    "llama": ("llama", lambda: T.LlamaConfig(**HIDDEN), {"dim": 64}),
     "llama3": (
         "llama",
         lambda: T.LlamaConfig(**HIDDEN, max_position_embeddings=131072, rope_parameters={
             "rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
-        dict(dim=64, base=5e5, scaling={"rope_type": "llama3", "factor": 8.0,
+        {"dim": 64, "base": 5e5, "scaling": {"rope_type": "llama3", "factor": 8.0,
              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-             "original_max_position_embeddings": 8192}),
+             "original_max_position_embeddings": 8192}},
     ),
     "mistral": ("mistral", lambda: T.MistralConfig(**HIDDEN, rope_theta=1e6),
-                dict(dim=64, base=1e6)),
-    "qwen2": ("qwen2", lambda: T.Qwen2Config(**HIDDEN, rope_theta=1e6), dict(dim=64, base=1e6)),
+                {"dim": 64, "base": 1e6}),
+    "qwen2": ("qwen2", lambda: T.Qwen2Config(**HIDDEN, rope_theta=1e6), {"dim": 64, "base": 1e6}),
     "gemma": ("gemma", lambda: T.GemmaConfig(hidden_size=192, num_attention_heads=2,
-                                             head_dim=128), dict(dim=128)),
+                                             head_dim=128), {"dim": 128}),
     "gpt-neox-partial": ("gpt_neox", lambda: T.GPTNeoXConfig(**HIDDEN, rotary_pct=0.25),
-                         dict(dim=16)),
+                         {"dim": 16}),
     "phi3-longrope": (
         "phi3",
         lambda: T.Phi3Config(**HIDDEN, max_position_embeddings=131072,
                              original_max_position_embeddings=4096,
                              rope_scaling={"type": "longrope", "short_factor": SHORT,
                                            "long_factor": LONG}),
-        dict(dim=64, scaling={"rope_type": "longrope", "short_factor": SHORT,
+        {"dim": 64, "scaling": {"rope_type": "longrope", "short_factor": SHORT,
              "long_factor": LONG, "original_max_position_embeddings": 4096,
-             "max_position_embeddings": 131072}),
+             "max_position_embeddings": 131072}},
     ),
     "phi4-mini-longrope-partial": (
         "phi3",
@@ -70,41 +70,41 @@ CASES = {
                              original_max_position_embeddings=4096,
                              rope_scaling={"type": "longrope", "short_factor": SHORT24,
                                            "long_factor": LONG24}),
-        dict(dim=48, scaling={"rope_type": "longrope", "short_factor": SHORT24,
+        {"dim": 48, "scaling": {"rope_type": "longrope", "short_factor": SHORT24,
              "long_factor": LONG24, "original_max_position_embeddings": 4096,
-             "max_position_embeddings": 131072}),
+             "max_position_embeddings": 131072}},
     ),
     "deepseek-v3-yarn": (
         "deepseek_v3",
         lambda: T.DeepseekV3Config(max_position_embeddings=163840, rope_scaling={
             "type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
-        dict(dim=64, scaling={"rope_type": "yarn", "factor": 40.0,
+        {"dim": 64, "scaling": {"rope_type": "yarn", "factor": 40.0,
              "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
-             "mscale": 1.0, "mscale_all_dim": 1.0}),
+             "mscale": 1.0, "mscale_all_dim": 1.0}},
     ),
     "gpt-oss-yarn": (
         "gpt_oss",
         lambda: T.GptOssConfig(),
-        dict(dim=64, base=150000.0, layout="compact", scaling={
+        {"dim": 64, "base": 150000.0, "layout": "compact", "scaling": {
             "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-            "truncate": False, "original_max_position_embeddings": 4096}),
+            "truncate": False, "original_max_position_embeddings": 4096}},
     ),
     "cohere-interleaved": ("cohere", lambda: T.CohereConfig(**HIDDEN),
-                           dict(dim=64, base=5e5, layout="interleaved")),
+                           {"dim": 64, "base": 5e5, "layout": "interleaved"}),
     "dynamic": (
         "llama",
         lambda: T.LlamaConfig(**HIDDEN, max_position_embeddings=2048,
                               rope_parameters={"rope_type": "dynamic", "factor": 4.0,
                                                "rope_theta": 10000.0}),
-        dict(dim=64, scaling={"rope_type": "dynamic", "factor": 4.0,
-             "max_position_embeddings": 2048}),
+        {"dim": 64, "scaling": {"rope_type": "dynamic", "factor": 4.0,
+             "max_position_embeddings": 2048}},
     ),
     "linear": (
         "llama",
         lambda: T.LlamaConfig(**HIDDEN, rope_parameters={"rope_type": "linear", "factor": 3.0,
                                                          "rope_theta": 10000.0}),
-        dict(dim=64, scaling={"rope_type": "linear", "factor": 3.0}),
+        {"dim": 64, "scaling": {"rope_type": "linear", "factor": 3.0}},
     ),
 }  # fmt: skip
 
@@ -130,7 +130,8 @@ def test_bit_for_bit_with_transformers(case, length, dtype):
     want = module(x, ids)
     got = posenc.rope(ids, compat="transformers", dtype=x.dtype, **kwargs)
     for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        assert g.dtype == w.dtype
+        assert g.shape == w.shape
         assert torch.equal(g, w), (g.float() - w.float()).abs().max()
 
 
@@ -155,11 +156,11 @@ def test_mrope_end_to_end(family):
     if family == "qwen2_vl":
         cfg = T.Qwen2VLTextConfig(hidden_size=512, num_attention_heads=4)
         module = mod.Qwen2VLRotaryEmbedding(cfg)
-        kwargs = dict(sections=(16, 24, 24), base=1e6)
+        kwargs = {"sections": (16, 24, 24), "base": 1e6}
     else:
         cfg = T.Qwen3VLTextConfig(hidden_size=512, num_attention_heads=4, head_dim=128)
         module = mod.Qwen3VLTextRotaryEmbedding(cfg)
-        kwargs = dict(sections=(24, 20, 20), interleave_sections=True, base=5e5)
+        kwargs = {"sections": (24, 20, 20), "interleave_sections": True, "base": 5e5}
     g = torch.arange(40)
     t = torch.cat([torch.arange(10), torch.full((40,), 10), torch.arange(11, 61)])
     h = torch.cat([torch.arange(10), 10 + g // 8, torch.arange(11, 61)])
@@ -192,9 +193,10 @@ def test_dynamic_is_a_fresh_module():
 def test_numpy_positions_in_compat_mode():
     module = _module("llama", T.LlamaConfig(**HIDDEN))
     ids = np.arange(300)[None]
-    cos, sin = posenc.rope(ids, 64, compat="transformers")
+    cos, _sin = posenc.rope(ids, 64, compat="transformers")
     want = module(torch.zeros(1), torch.from_numpy(ids))
-    assert isinstance(cos, np.ndarray) and np.array_equal(cos, want[0].numpy())
+    assert isinstance(cos, np.ndarray)
+    assert np.array_equal(cos, want[0].numpy())
 
 
 def test_compat_refuses_axial():
@@ -214,8 +216,7 @@ def _hf_apply(q, cos, sin):
 def _meta_apply(x, cos_half, sin_half):
     """Meta Llama: view pairs as complex, multiply by cis, back to real."""
     xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    cis = torch.polar(torch.ones_like(cos_half), torch.atan2(sin_half, cos_half))
-    cis = torch.complex(cos_half, sin_half) if cis is None else torch.complex(cos_half, sin_half)
+    cis = torch.complex(cos_half, sin_half)  # Meta's freqs_cis = polar(1, angles)
     return torch.view_as_real(xc * cis).flatten(-2).type_as(x)
 
 

@@ -460,5 +460,4 @@ def _span_key(bk: Backend, plan: Plan, lowest: int, rows: int) -> tuple[Any, ...
     """What a kept table of positions ``lowest … lowest+rows-1`` depends on."""
     device = getattr(bk, "device", None)
     key = (plan.omega.tobytes(), plan.axis.tobytes(), plan.src.tobytes(), plan.amplitude)
-    key = (*key, lowest, rows)
-    return (*key, bk.name, str(bk.dtype), str(device))
+    return (*key, lowest, rows, bk.name, str(bk.dtype), str(device))

@@ -177,7 +177,7 @@ def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
     few untaken pairs further along in both channel and column, and it extends while the
     progression's next pair is present and untaken.
     """
-    where = {d: s for d, s in pairs}
+    where = dict(pairs)
     taken: set[int] = set()
     runs: list[Run] = []
     for i, (d0, s0) in enumerate(pairs):
@@ -195,8 +195,10 @@ def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
             if ahead == LOOKAHEAD:
                 break
         length = 1
-        while (d := d0 + length * step_d) in where and d not in taken and (
-            where[d] == s0 + length * step_s
+        while (
+            (d := d0 + length * step_d) in where
+            and d not in taken
+            and (where[d] == s0 + length * step_s)
         ):
             length += 1
         if length == 1:

@@ -58,8 +58,8 @@ class Rotary:
     Attributes:
         dim: rotary width ``d`` (channels that rotate; even): tables are ``d`` wide
             (``d / 2`` in the compact layout).
-        base: ``rope_theta``.
         scaling: the validated scaling rule.
+        base: ``rope_theta``.
         layout: see :data:`LAYOUTS`.
         sections: multimodal RoPE: how many of the ``d / 2`` frequencies each position axis
             takes (Qwen2-VL ``mrope_section``), in consecutive chunks, or, with
@@ -69,8 +69,8 @@ class Rotary:
     """
 
     dim: int
+    scaling: Scaling
     base: float = 10000.0
-    scaling: Scaling = parse_scaling(None)
     layout: RopeLayout = "halves"
     sections: tuple[int, ...] | None = None
     interleave_sections: bool = False
@@ -90,9 +90,7 @@ class Rotary:
         """The plan of ``[cos | sin]`` (``2 * width`` channels) at this sequence length (which
         only the ``dynamic`` and ``longrope`` rules read)."""
         key = (self, seq_len if self.scaling.rule.uses_seq_len else None, who)
-        return PLANS.get_or_make(
-            key, lambda: _plan(*key), lambda p: nbytes(p.omega, p.axis, p.src)
-        )
+        return PLANS.get_or_make(key, lambda: _plan(*key), lambda p: nbytes(p.omega, p.axis, p.src))
 
 
 def _plan(r: Rotary, seq_len: int | None, who: str) -> Plan:
@@ -154,7 +152,9 @@ def rotary(
     """The checked :class:`Rotary` of :func:`rope`'s keywords."""
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
     if dim % 2:
-        raise PosencError(f"`dim` (the rotary width) must be even: channels rotate in pairs, got {dim}")
+        raise PosencError(
+            f"`dim` (the rotary width) must be even: channels rotate in pairs, got {dim}"
+        )
     s = parse_scaling(scaling)
     base = check_real("base", base, positive=True)
     layout = check_choice("layout", layout, get_args(RopeLayout))
@@ -205,7 +205,7 @@ def rotary(
             raise PosencError(
                 f"`axes_dim` must be even widths adding up to `dim` = {dim}, got {axes_dim}"
             )
-    return Rotary(dim, base, s, layout, sections, interleave_sections, axes_dim)
+    return Rotary(dim, s, base, layout, sections, interleave_sections, axes_dim)
 
 
 def rope(

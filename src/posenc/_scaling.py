@@ -261,7 +261,10 @@ class Scaling:
     def frequencies(self, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         """``(omega [d/2] float64, attention factor)`` for rotary width ``d``."""
         if self.rope_type == "dynamic" and d < 4:
-            raise PosencError(f"`dim` must be at least 4 for dynamic scaling (d / (d - 2)), got {d}")
+            raise PosencError(
+                f"`dim` must be at least 4 for dynamic scaling (its exponent is d / (d - 2)), "
+                f"got {d}"
+            )
         return self.rule.evaluate(self.p, d, base, seq_len)
 
 
@@ -334,6 +337,7 @@ def softmax_scale(config: Any, head_dim: int | None = None) -> float:
         ...     "mscale_all_dim": 1.0}, head_dim=192)  # doctest: +ELLIPSIS
         0.1347...
     """
+    params: Any
     if isinstance(config, Mapping):
         params = config
         if head_dim is None:
