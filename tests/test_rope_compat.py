@@ -279,6 +279,20 @@ def test_apply_bf16_within_one_ulp_of_the_truth(layout):
         assert hf_err.max() > 1  # transformers' bf16 path: measured in docs/rope.md
 
 
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_apply_has_gradients(layout):
+    """Training: gradients flow to x (and to learned tables), matching the in-place path."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 16, 24, generator=gen, requires_grad=True)
+    cos, sin = posenc.rope(torch.arange(16), 16, layout=layout)
+    y = posenc.apply_rope(x, cos, sin, layout=layout)
+    with torch.no_grad():  # the in-place path may fuse a multiply-add: within float32 rounding
+        assert torch.allclose(y, posenc.apply_rope(x, cos, sin, layout=layout), atol=5e-7)
+    y.square().sum().backward()
+    # the rotation is orthogonal: d/dx sum(R x)^2 = 2 R^T R x = 2 x
+    assert torch.allclose(x.grad, 2 * x.detach(), atol=1e-5)
+
+
 def test_apply_float64_and_numpy():
     pos = np.arange(10)
     cos, sin = posenc.rope(pos, 8, dtype=np.float64)

@@ -393,6 +393,8 @@ def _pairs(w: int, layout: str) -> tuple[slice, slice]:
 
 
 def _apply_torch(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
+    """Four passes over ``x`` (a product and a fused multiply-add per half), written into the
+    output's own channels; a 16-bit ``x`` is rotated in float32, then rounded once."""
     import torch
 
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -400,13 +402,38 @@ def _apply_torch(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
     c, s = cos.to(device=x.device, dtype=work), sin.to(device=x.device, dtype=work)
     ca, cb = (c, c) if layout == "compact" else (c[..., a], c[..., b])
     sa, sb = (s, s) if layout == "compact" else (s[..., a], s[..., b])
-    x1, x2 = x[..., a].to(work), x[..., b].to(work)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, cos, sin)):
+        return _apply_differentiable(torch, x, w, layout, work, (ca, cb, sa, sb))
     out = torch.empty_like(x)
-    torch.sub(x1 * ca, x2 * sa, out=out[..., a])
-    torch.add(x2 * cb, x1 * sb, out=out[..., b])
+    if x.dtype == work:
+        x1, x2, first, second = x[..., a], x[..., b], out[..., a], out[..., b]
+    else:
+        x1, x2 = x[..., a].to(work), x[..., b].to(work)
+        first, second = torch.empty_like(x1), torch.empty_like(x2)
+    torch.mul(x1, ca, out=first)
+    first.addcmul_(x2, sa, value=-1)
+    torch.mul(x2, cb, out=second)
+    second.addcmul_(x1, sb)
+    if x.dtype != work:
+        out[..., a], out[..., b] = first, second
     if w < x.shape[-1]:
         out[..., w:] = x[..., w:]
     return out
+
+
+def _apply_differentiable(
+    torch: Any, x: Any, w: int, layout: str, work: Any, tables: tuple[Any, ...]
+) -> Any:
+    """The same arithmetic out of place, for autograd (``out=`` records no gradient)."""
+    ca, cb, sa, sb = tables
+    a, b = _pairs(w, layout)
+    x1, x2 = x[..., a].to(work), x[..., b].to(work)
+    first, second = x1 * ca - x2 * sa, x2 * cb + x1 * sb
+    if layout == "interleaved":
+        rotated = torch.stack([first, second], dim=-1).flatten(-2)
+    else:
+        rotated = torch.cat([first, second], dim=-1)
+    return torch.cat([rotated.to(x.dtype), x[..., w:]], dim=-1)
 
 
 def _apply_array(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
