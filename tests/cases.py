@@ -226,6 +226,57 @@ CASES: list[Case] = [
         ),
     ),
     *_area(
+        "Rotary embeddings",
+        ("posenc.rope(np.arange(8), 63)", ("`dim`", "even", "63")),
+        (
+            'posenc.rope(np.arange(8), 64, scaling={"rope_type": "ntk"})',
+            ("scaling['rope_type']", "'ntk'", "'dynamic'"),
+        ),
+        (
+            'posenc.rope(np.arange(8), 64, scaling={"rope_type": "yarn", "factor": 4.0})',
+            ("scaling['original_max_position_embeddings']", "required", "yarn"),
+        ),
+        (
+            'posenc.rope(np.arange(8), 64, scaling={"rope_type": "linear", "factor": 0})',
+            ("scaling['factor']", "> 0", "0"),
+        ),
+        (
+            'posenc.rope(np.arange(8), 8, scaling={"rope_type": "linear", "factor": 2, "beta": 1})',
+            ("scaling['beta']", "not a key", "linear"),
+        ),
+        (
+            'posenc.rope(np.arange(8), 8, scaling={"rope_type": "longrope", "short_factor": [1.0], '
+            '"long_factor": [1.0], "original_max_position_embeddings": 4, "factor": 2.0})',
+            ("scaling['short_factor']", "4 factors", "got 1"),
+        ),
+        (
+            'posenc.rope(np.arange(8), 64, scaling={"rope_theta": 5e5})',
+            ("scaling['rope_theta']", "`base`", "10000"),
+        ),
+        (
+            "posenc.rope(np.zeros((3, 4), int), 64, sections=(16, 8, 4))",
+            ("`sections`", "dim / 2 = 32", "28"),
+        ),
+        (
+            "posenc.rope(np.zeros((2, 4), int), 64, sections=(16, 8, 8))",
+            ("`positions`", "leading axis of 3", "(2, 4)"),
+        ),
+        ("posenc.rope(np.array([1.0, np.nan]), 64)", ("`positions`", "finite", "nan")),
+        (
+            "posenc.apply_rope(torch.zeros(2, 8, 32), *posenc.rope(torch.arange(8), 64))",
+            ("rotary width", "64", "at most", "32"),
+        ),
+        (
+            'posenc.rope(torch.arange(8), 64, compat="vllm")',
+            ("`compat`", "'transformers'", "'vllm'"),
+        ),
+        (
+            "posenc.rope(torch.arange(100_000, 100_064), 64, base=5e5)[0]",
+            "np.abs(to_numpy(out).astype(np.float64) - np.cos(np.arange(100_000, 100_064)[:, None]"
+            " * np.tile(5e5 ** (-np.arange(0, 64, 2) / 64), 2))).max() < 3.5e-8",
+        ),
+    ),
+    *_area(
         "The command line",
         ("posenc table mae --grid 0,4 -o x.npy", ("--grid", ">= 1", "'0,4'")),
         ("posenc table mae --offset 3 -o x.npy", ("`--offset`", "1-D", "3")),
@@ -269,6 +320,7 @@ def namespace() -> dict[str, Any]:
         "ref": ref,
         "custom": custom,
         "same": same,
+        "to_numpy": to_numpy,
         "PositionalEncoding": PositionalEncoding,
         "SinusoidalEmbedding": SinusoidalEmbedding,
         "Timesteps": Timesteps,
