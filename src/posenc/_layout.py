@@ -173,9 +173,9 @@ def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
     one run, halves two, NeRF's frequency-major channels one per axis; a column that feeds
     several channels (RoPE's duplicated cosines) starts a run per copy.
 
-    A run starts at the first pair not yet taken; its step is that to the nearest of the next
-    few untaken pairs further along in both channel and column, and it extends while the
-    progression's next pair is present and untaken.
+    A run starts at the first pair not yet taken; its step is that to the nearest untaken pair
+    among the next ``LOOKAHEAD`` further along in both channel and column, and it extends while
+    the progression's next pair is present and untaken. Linear in the number of pairs.
     """
     where = dict(pairs)
     taken: set[int] = set()
@@ -184,15 +184,9 @@ def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
         if d0 in taken:
             continue
         step_d = step_s = 1
-        ahead = 0
-        for d1, s1 in pairs[i + 1 :]:
-            if d1 in taken:
-                continue
-            if s1 > s0:
+        for d1, s1 in pairs[i + 1 : i + 1 + LOOKAHEAD]:
+            if d1 not in taken and s1 > s0:
                 step_d, step_s = d1 - d0, s1 - s0
-                break
-            ahead += 1
-            if ahead == LOOKAHEAD:
                 break
         length = 1
         while (
@@ -213,7 +207,7 @@ def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
     return tuple(runs)
 
 
-LOOKAHEAD = 4  # untaken pairs a run's start looks past for its second pair
+LOOKAHEAD = 8  # pairs a run's start looks through for its second pair
 
 
 def _block_widths(enc: Encoding, width: int, ndim: int, who: str, dim: int) -> list[int]:
