@@ -392,6 +392,12 @@ def _pairs(w: int, layout: str) -> tuple[slice, slice]:
     return slice(0, w // 2), slice(w // 2, w)
 
 
+def _per_member(t: Any, layout: str, a: slice, b: slice) -> tuple[Any, Any]:
+    """A table's columns for the first and the second member of each pair (a compact table
+    serves both)."""
+    return (t, t) if layout == "compact" else (t[..., a], t[..., b])
+
+
 def _apply_torch(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
     """Four passes over ``x`` (a product and a fused multiply-add per half), written into the
     output's own channels; a 16-bit ``x`` is rotated in float32, then rounded once."""
@@ -400,8 +406,7 @@ def _apply_torch(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     a, b = _pairs(w, layout)
     c, s = cos.to(device=x.device, dtype=work), sin.to(device=x.device, dtype=work)
-    ca, cb = (c, c) if layout == "compact" else (c[..., a], c[..., b])
-    sa, sb = (s, s) if layout == "compact" else (s[..., a], s[..., b])
+    (ca, cb), (sa, sb) = _per_member(c, layout, a, b), _per_member(s, layout, a, b)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, cos, sin)):
         return _apply_differentiable(torch, x, w, layout, work, (ca, cb, sa, sb))
     out = torch.empty_like(x)
@@ -446,8 +451,7 @@ def _apply_array(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
     work = xp.float64 if x.dtype == xp.float64 else xp.float32
     a, b = _pairs(w, layout)
     c, s = xp.asarray(cos, dtype=work), xp.asarray(sin, dtype=work)
-    ca, cb = (c, c) if layout == "compact" else (c[..., a], c[..., b])
-    sa, sb = (s, s) if layout == "compact" else (s[..., a], s[..., b])
+    (ca, cb), (sa, sb) = _per_member(c, layout, a, b), _per_member(s, layout, a, b)
     x1, x2 = astype(x[..., a], work), astype(x[..., b], work)
     first = astype(x1 * ca - x2 * sa, x.dtype)
     second = astype(x2 * cb + x1 * sb, x.dtype)
