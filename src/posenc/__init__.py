@@ -13,7 +13,7 @@ from ._api import detr, encode, grid, preset, presets, table
 from ._backends import get_num_threads, set_num_threads
 from ._engine import set_table_cache
 from ._positions import fairseq_positions
-from ._presets import Preset
+from ._presets import Preset, RotaryPreset
 from ._rope import apply_rope, rope
 from ._scaling import softmax_scale
 from ._sharding import context_parallel_positions, tensor_parallel_channels
@@ -26,6 +26,7 @@ __all__ = [
     "Encoding",
     "PosencError",
     "Preset",
+    "RotaryPreset",
     "apply_rope",
     "context_parallel_positions",
     "detr",

@@ -8,7 +8,7 @@ from ._backends import Ops, array_namespace, is_torch, ops_for
 from ._evaluate import Direct, Evaluator, evaluator
 from ._layout import Plan, channel_plan
 from ._positions import Progression, grid_axes, grid_shape
-from ._presets import PRESETS, Preset, get_preset
+from ._presets import PRESETS, ROTARY_PRESETS, Preset, RotaryPreset, get_preset
 from ._spec import Encoding
 from ._validate import (
     ANGLE_LIMIT,
@@ -18,6 +18,7 @@ from ._validate import (
     as_positions,
     assert_traced,
     check_angles,
+    check_choice,
     check_float32_only,
     check_int,
     check_real,
@@ -25,18 +26,27 @@ from ._validate import (
 )
 
 
-def presets() -> list[str]:
-    """Names of all presets. ``posenc.preset(name)`` tells each one's origin and options.
+def presets(kind: str | None = None) -> list[str]:
+    """Names of the presets: the sinusoidal ones (added to activations: :func:`table`,
+    :func:`encode`, :func:`grid`), then the rotary ones (:func:`rope`). ``kind``
+    (``"sinusoidal"`` or ``"rotary"``) lists one family. ``posenc.preset(name)`` tells each
+    one's origin and settings.
 
     Example:
-        >>> "whisper" in posenc.presets()
-        True
+        >>> "whisper" in posenc.presets(), "llama3" in posenc.presets("rotary")
+        (True, True)
     """
-    return list(PRESETS)
+    kind = None if kind is None else check_choice("kind", kind, ("sinusoidal", "rotary"))
+    sinusoidal = [] if kind == "rotary" else list(PRESETS)
+    return sinusoidal + ([] if kind == "sinusoidal" else list(ROTARY_PRESETS))
 
 
-def preset(name: str) -> Preset:
-    """The :class:`Preset` record: ``origin``, ``summary``, ``options``, ``quirks``."""
+def preset(name: str) -> Preset | RotaryPreset:
+    """The preset record: ``origin``, ``summary`` and ``quirks``, with ``options`` (a
+    sinusoidal :class:`Preset`) or the :func:`rope` keywords ``rotary`` (a
+    :class:`RotaryPreset`)."""
+    if isinstance(name, str) and name in ROTARY_PRESETS:
+        return ROTARY_PRESETS[name]
     return get_preset(name)
 
 

@@ -1,8 +1,10 @@
 """Presets: every convention in use, as data.
 
-A preset is an :class:`~posenc._spec.Encoding` plus the keyword options its original exposes,
-under the original's own names (``max_timescale``, ``temperature``, ``flip_sin_to_cos``, …).
-Adding a convention means adding an entry here, not a code path.
+A sinusoidal preset is an :class:`~posenc._spec.Encoding` plus the keyword options its
+original exposes, under the original's own names (``max_timescale``, ``temperature``,
+``flip_sin_to_cos``, …). A rotary preset (:class:`RotaryPreset`) is the keywords of
+:func:`posenc.rope` a model family uses. Adding a convention means adding an entry here, not a
+code path.
 """
 
 from __future__ import annotations
@@ -358,6 +360,171 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+@dataclass(frozen=True)
+class RotaryPreset:
+    """A model family's rotary embedding: the keywords of :func:`posenc.rope` it uses.
+
+    Attributes:
+        name: the name to pass as ``preset=`` to :func:`posenc.rope` and
+            :class:`posenc.torch.RotaryEmbedding`.
+        origin: the projects and functions whose tables it reproduces.
+        summary: one line on what it is.
+        dim: the family's rotary width (``head_dim`` times any partial factor); a preset does
+            not fix it: pass your model's.
+        rotary: the keywords (``base``, ``scaling``, ``layout``, ``sections``,
+            ``interleave_sections``, ``axes_dim``); keywords given with the preset replace
+            these.
+        quirks: what to know when porting a checkpoint.
+    """
+
+    name: str
+    origin: str
+    summary: str
+    dim: int
+    rotary: Mapping[str, Any]
+    quirks: str = ""
+
+    def settings(self) -> str:
+        """The keywords, as a call would spell them."""
+        return ", ".join(f"{k}={v!r}" for k, v in self.rotary.items())
+
+
+_YARN_V3 = {
+    "rope_type": "yarn",
+    "factor": 40.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+
+ROTARY_PRESETS: dict[str, RotaryPreset] = {
+    p.name: p
+    for p in [
+        RotaryPreset(
+            "llama",
+            "transformers LlamaRotaryEmbedding (Llama 2, Mistral 7B, most 5.x decoders)",
+            "halves (rotate_half), base 10000, no scaling",
+            128,
+            {"base": 10000.0, "layout": "halves"},
+            "Meta's own llama code pairs channels (2i, 2i+1) (layout='interleaved'); HF "
+            "checkpoints permute the q/k rows so halves gives the same attention",
+        ),
+        RotaryPreset(
+            "llama3",
+            "transformers rope_type 'llama3'; meta-llama/llama-models apply_scaling (3.1-3.3)",
+            "halves, base 500000, llama3 frequency scaling x8 from 8192 positions",
+            128,
+            {
+                "base": 500000.0,
+                "layout": "halves",
+                "scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+            },
+            "Llama 3.2 1B/3B use factor 32: pass scaling= with the model's own dict",
+        ),
+        RotaryPreset(
+            "qwen2",
+            "transformers Qwen2RotaryEmbedding (Qwen2, Qwen2.5, Qwen3)",
+            "halves, base 1000000",
+            128,
+            {"base": 1000000.0, "layout": "halves"},
+            "Qwen ignores partial_rotary_factor in its default rule (every channel rotates)",
+        ),
+        RotaryPreset(
+            "neox",
+            "transformers GPTNeoXRotaryEmbedding; EleutherAI gpt-neox (Pythia)",
+            "halves over the first rotary_pct (0.25) of each head, base 10000",
+            32,
+            {"base": 10000.0, "layout": "halves"},
+            "pass dim = int(head_dim * rotary_pct) (Pythia: 128 * 0.25 = 32); apply_rope and "
+            "RotaryEmbedding pass the other channels through",
+        ),
+        RotaryPreset(
+            "gptj",
+            "transformers GPTJ (rotate_every_two); EleutherAI mesh-transformer-jax",
+            "interleaved pairs (2i, 2i+1) over rotary_dim 64 of 256, base 10000",
+            64,
+            {"base": 10000.0, "layout": "interleaved"},
+            "GPT-J stores its table as [sin | cos] rows; the numbers are these",
+        ),
+        RotaryPreset(
+            "cohere",
+            "transformers CohereRotaryEmbedding (Command R)",
+            "interleaved pairs (repeat_interleave), base 500000 (CohereConfig's default)",
+            128,
+            {"base": 500000.0, "layout": "interleaved"},
+            "checkpoints set their own rope_theta: pass the config's as base=",
+        ),
+        RotaryPreset(
+            "qwen2-vl",
+            "transformers Qwen2VLTextModel rotary (mrope), Qwen2.5-VL",
+            "halves, base 1000000, sections (16, 24, 24) of the 64 frequencies for t, h, w",
+            128,
+            {"base": 1000000.0, "layout": "halves", "sections": (16, 24, 24)},
+            "positions are [3, batch, seq] (temporal, height, width); text tokens repeat one id",
+        ),
+        RotaryPreset(
+            "qwen3-vl",
+            "transformers Qwen3VLTextModel rotary (interleaved mrope)",
+            "halves, base 500000, sections (24, 20, 20) assigned round robin",
+            128,
+            {
+                "base": 500000.0,
+                "layout": "halves",
+                "sections": (24, 20, 20),
+                "interleave_sections": True,
+            },
+            "frequency j reads h if j % 3 == 1 and j < 60, w if j % 3 == 2 and j < 60, else t; "
+            "base is Qwen3VLTextConfig's default: checkpoints set their own rope_theta",
+        ),
+        RotaryPreset(
+            "flux",
+            "diffusers FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56)); BFL flux rope",
+            "axial: interleaved blocks of 16, 56, 56 channels for (t, row, col) ids",
+            128,
+            {"base": 10000.0, "layout": "interleaved", "axes_dim": (16, 56, 56)},
+            "positions are [N, 3] ids (text tokens all zero); diffusers computes in float64, "
+            "so its float32 tables are these (float32 on MPS/NPU, where they are not)",
+        ),
+        RotaryPreset(
+            "deepseek-v3",
+            "transformers DeepseekV3RotaryEmbedding; deepseek-ai DeepSeek-V3 config",
+            "YaRN x40 from 4096 (beta 32/1, mscale 1/1), qk_rope_head_dim 64, pairs (2i, 2i+1)",
+            64,
+            {"base": 10000.0, "layout": "interleaved", "scaling": _YARN_V3},
+            "HF writes the rotated pairs in halves order (the same for q and k, so the same "
+            "attention); the softmax scale also takes mscale**2: posenc.softmax_scale",
+        ),
+        RotaryPreset(
+            "gpt-oss",
+            "transformers GptOssRotaryEmbedding (gpt-oss-20b/120b)",
+            "compact tables (d/2 columns), halves pairs, YaRN x32 from 4096, base 150000",
+            64,
+            {
+                "base": 150000.0,
+                "layout": "compact",
+                "scaling": {
+                    "rope_type": "yarn",
+                    "factor": 32.0,
+                    "original_max_position_embeddings": 4096,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "truncate": False,
+                },
+            },
+            "YaRN's correction range is not rounded to integers (truncate: False)",
+        ),
+    ]
+}
+
+
 def _axes(enc: Encoding, first: int, *values: float) -> tuple[float, ...]:
     current = enc.interpolation_scale
     scales = list(current) if isinstance(current, tuple) else [current] * 3
@@ -366,9 +533,16 @@ def _axes(enc: Encoding, first: int, *values: float) -> tuple[float, ...]:
 
 
 def get_preset(name: Any) -> Preset:
-    """The preset called ``name``; an unknown name is refused with the closest one."""
+    """The sinusoidal preset called ``name``; an unknown name is refused with the closest
+    one, a rotary preset with where it belongs."""
     if isinstance(name, Preset):
         return name
+    if isinstance(name, RotaryPreset) or (isinstance(name, str) and name in ROTARY_PRESETS):
+        rotary = name if isinstance(name, str) else name.name
+        raise PosencError(
+            f"`preset` {rotary!r} is a rotary preset: use posenc.rope(positions, dim, "
+            f"preset={rotary!r}) or posenc.torch.RotaryEmbedding(dim, preset={rotary!r})"
+        )
     if not isinstance(name, str):
         raise PosencError(f"`preset` must be a preset name or a posenc.Preset, got {show(name)}")
     if name not in PRESETS:
@@ -377,3 +551,22 @@ def get_preset(name: Any) -> Preset:
             f"presets are: {', '.join(PRESETS)}"
         )
     return PRESETS[name]
+
+
+def get_rotary_preset(name: Any) -> RotaryPreset:
+    """The rotary preset called ``name``."""
+    if isinstance(name, RotaryPreset):
+        return name
+    if isinstance(name, str) and name in PRESETS:
+        raise PosencError(
+            f"`preset` {name!r} is a sinusoidal preset, added to activations "
+            f"(posenc.table, posenc.torch.PositionalEncoding); rotary presets are: "
+            f"{', '.join(ROTARY_PRESETS)}"
+        )
+    if not isinstance(name, str) or name not in ROTARY_PRESETS:
+        hint = suggest(name, ROTARY_PRESETS) if isinstance(name, str) else ""
+        raise PosencError(
+            f"`preset` {show(name)} is not a rotary preset{hint}; rotary presets are: "
+            f"{', '.join(ROTARY_PRESETS)}"
+        )
+    return ROTARY_PRESETS[name]

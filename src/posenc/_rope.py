@@ -27,6 +27,7 @@ from ._api import evaluate_points
 from ._backends import array_namespace, is_torch
 from ._cache import nbytes
 from ._layout import PLANS, Plan
+from ._presets import get_rotary_preset
 from ._scaling import Scaling, parse_scaling
 from ._validate import (
     MAX_AXES,
@@ -39,6 +40,7 @@ from ._validate import (
     check_int,
     check_real,
     show,
+    tracing,
 )
 
 RopeLayout = Literal["halves", "interleaved", "compact"]
@@ -89,7 +91,7 @@ class Rotary:
     def plan(self, seq_len: int | None, who: str = "rope") -> Plan:
         """The plan of ``[cos | sin]`` (``2 * width`` channels) at this sequence length (which
         only the ``dynamic`` and ``longrope`` rules read)."""
-        key = (self, seq_len if self.scaling.rule.uses_seq_len else None, who)
+        key = (self, self.scaling.phase(seq_len), who)
         return PLANS.get_or_make(key, lambda: _plan(*key), lambda p: nbytes(p.omega, p.axis, p.src))
 
 
@@ -142,14 +144,41 @@ def _ints(name: str, value: Any) -> tuple[int, ...]:
 def rotary(
     dim: Any,
     *,
-    base: Any = 10000.0,
+    preset: Any = None,
+    base: Any = None,
     scaling: Any = None,
-    layout: Any = "halves",
+    layout: Any = None,
     sections: Any = None,
-    interleave_sections: Any = False,
+    interleave_sections: Any = None,
     axes_dim: Any = None,
 ) -> Rotary:
-    """The checked :class:`Rotary` of :func:`rope`'s keywords."""
+    """The checked :class:`Rotary` of :func:`rope`'s keywords: a preset's, replaced by those
+    given, then the defaults (base 10000, halves)."""
+    given = {
+        "base": base,
+        "scaling": scaling,
+        "layout": layout,
+        "sections": sections,
+        "interleave_sections": interleave_sections,
+        "axes_dim": axes_dim,
+    }
+    kw: dict[str, Any] = {"base": 10000.0, "layout": "halves", "interleave_sections": False}
+    if preset is not None:
+        kw.update(get_rotary_preset(preset).rotary)
+    kw.update({k: v for k, v in given.items() if v is not None})
+    return _rotary(dim, **kw)
+
+
+def _rotary(
+    dim: Any,
+    *,
+    base: Any,
+    layout: Any,
+    interleave_sections: Any,
+    scaling: Any = None,
+    sections: Any = None,
+    axes_dim: Any = None,
+) -> Rotary:
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
     if dim % 2:
         raise PosencError(
@@ -212,15 +241,16 @@ def rope(
     positions: Any,
     dim: int,
     *,
-    base: float = 10000.0,
+    base: float | None = None,
     scaling: dict[str, Any] | None = None,
-    layout: str = "halves",
+    layout: str | None = None,
     dtype: Any = None,
     seq_len: int | None = None,
     sections: tuple[int, ...] | None = None,
-    interleave_sections: bool = False,
+    interleave_sections: bool | None = None,
     axes_dim: tuple[int, ...] | None = None,
     compat: str | None = None,
+    preset: str | None = None,
 ) -> tuple[Any, Any]:
     """The rotary tables ``cos, sin`` of positions: exact, in any scaling rule.
 
@@ -230,12 +260,12 @@ def rope(
             (Qwen2-VL's ``[3, batch, seq]``: temporal, height, width); with ``axes_dim`` a
             trailing axis of one coordinate per block (FLUX's ``[N, 3]``).
         dim: the rotary width ``d`` (after any partial-rotary factor): even.
-        base: ``rope_theta``.
+        base: ``rope_theta`` (10000).
         scaling: a transformers rope-parameters dict: ``rope_type`` ``"default"``,
             ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"longrope"``, ``"llama3"`` or
             ``"proportional"`` with that type's keys. Its attention factor multiplies cos and
             sin (before the one rounding).
-        layout: ``"halves"`` (``cos[..., i] == cos[..., i + d/2]``: GPT-NeoX, HF
+        layout: ``"halves"`` (the default; ``cos[..., i] == cos[..., i + d/2]``: GPT-NeoX, HF
             ``rotate_half``), ``"interleaved"`` (``cos[..., 2i] == cos[..., 2i+1]``: GPT-J,
             Meta Llama, FLUX) or ``"compact"`` (``d / 2`` columns: flash-attn, vLLM).
         dtype: output dtype (default float32, or torch's default dtype).
@@ -251,6 +281,9 @@ def rope(
         compat: ``"transformers"``: transformers' own float32 arithmetic, bit for bit on CPU
             torch (so a model switches to posenc without changing one logit). Default: exact
             (float64 angles, one rounding to ``dtype``).
+        preset: a model family's keywords (``posenc.presets("rotary")``: ``llama``,
+            ``llama3``, ``neox``, ``gptj``, ``qwen2-vl``, ``flux``, ``deepseek-v3``, …); the
+            keywords given beside it replace the preset's.
 
     Returns:
         ``(cos, sin)``, each ``[*s, d]`` (``[*s, d/2]`` compact), in the library and on the
@@ -265,6 +298,7 @@ def rope(
     """
     r = rotary(
         dim,
+        preset=preset,
         base=base,
         scaling=scaling,
         layout=layout,
@@ -399,16 +433,28 @@ def _per_member(t: Any, layout: str, a: slice, b: slice) -> tuple[Any, Any]:
 
 
 def _apply_torch(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
-    """Four passes over ``x`` (a product and a fused multiply-add per half), written into the
-    output's own channels; a 16-bit ``x`` is rotated in float32, then rounded once."""
     import torch
 
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     a, b = _pairs(w, layout)
     c, s = cos.to(device=x.device, dtype=work), sin.to(device=x.device, dtype=work)
-    (ca, cb), (sa, sb) = _per_member(c, layout, a, b), _per_member(s, layout, a, b)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, cos, sin)):
-        return _apply_differentiable(torch, x, w, layout, work, (ca, cb, sa, sb))
+    return rotate(x, w, layout, (*_per_member(c, layout, a, b), *_per_member(s, layout, a, b)))
+
+
+def rotate(x: Any, w: int, layout: str, tables: tuple[Any, Any, Any, Any]) -> Any:
+    """Rotate the first ``w`` channels of a torch ``x`` by the per-member tables
+    ``(cos_a, cos_b, sin_a, sin_b)`` (float32, or float64 for float64 ``x``, broadcasting
+    against the members' channels). Four passes (a product and a fused multiply-add per
+    member) written into the output's own channels; a 16-bit ``x`` is rotated in float32,
+    then rounded once. With autograd, and traced (where the compiler fuses the passes), the
+    same arithmetic out of place."""
+    import torch
+
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    ca, cb, sa, sb = tables
+    a, b = _pairs(w, layout)
+    if tracing() or (torch.is_grad_enabled() and any(t.requires_grad for t in (x, *tables))):
+        return _apply_differentiable(torch, x, w, layout, work, tables)
     out = torch.empty_like(x)
     if x.dtype == work:
         x1, x2, first, second = x[..., a], x[..., b], out[..., a], out[..., b]

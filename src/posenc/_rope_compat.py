@@ -14,6 +14,7 @@ angles drift with the position): :func:`posenc.rope` without ``compat`` is.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import numpy as np
 from ._backends import dtype_name, is_torch
 from ._rope import LAYOUTS, Rotary, _section_axes
 from ._scaling import longrope_attention, longrope_long, yarn_attention, yarn_factor, yarn_range
-from ._validate import PosencError, Positions
+from ._validate import PosencError, Positions, show
 
 
 def _torch() -> Any:
@@ -134,3 +135,125 @@ def _torch_dtype(torch: Any, dtype: Any) -> Any:
     if name not in ("float16", "bfloat16", "float32", "float64"):
         raise PosencError(f"`dtype` must be a float dtype, got {dtype!r}")
     return getattr(torch, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers configs: what each model family's rotary module computes
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one transformers model family's rotary module reads its config and what it
+    returns: ``form`` ``"halves"``, ``"interleaved"``, ``"compact"`` (a ``(cos, sin)`` pair)
+    or ``"complex"`` (one complex64 tensor); ``partial``: its default rule honours
+    ``partial_rotary_factor`` (the scaled rules always do); ``sections``: multimodal RoPE
+    with these default sections, ``interleave``: Qwen3-VL's round robin."""
+
+    form: str
+    partial: bool = False
+    sections: tuple[int, ...] | None = None
+    interleave: bool = False
+
+
+_HALVES, _PARTIAL = Family("halves"), Family("halves", partial=True)
+FAMILIES: dict[str, Family] = {
+    **dict.fromkeys(
+        ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+         "gemma2", "granite", "olmo", "olmo2", "deepseek_v3", "starcoder2", "smollm3"),
+        _HALVES,
+    ),
+    **dict.fromkeys(("gpt_neox", "phi", "phi3", "stablelm", "persimmon"), _PARTIAL),
+    **dict.fromkeys(("cohere", "cohere2"), Family("interleaved")),
+    "gpt_oss": Family("compact"),
+    **dict.fromkeys(("llama4_text", "deepseek_v2"), Family("complex")),
+    **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text"), Family("halves", sections=(16, 24, 24))),
+    "qwen3_vl_text": Family("halves", sections=(24, 20, 20), interleave=True),
+}  # fmt: skip
+"""The model families whose rotary modules ``RotaryEmbedding.from_hf`` reproduces (each one
+checked bit for bit against transformers 5.23 in the tests), by ``config.model_type``."""
+
+_WRAPPERS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4")  # their text_config holds RoPE
+_NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved", "type")
+
+
+@dataclass(frozen=True)
+class HfRotary:
+    """A transformers config read: :func:`posenc.rope`'s keywords, the output form, the
+    model type, and the dynamic rule's original length (its module's ``original_max_seq_len``)."""
+
+    keywords: dict[str, Any]
+    form: str
+    model_type: str
+    max_position_embeddings: int | None
+
+
+def read_config(config: Any) -> HfRotary:
+    """What ``config``'s rotary module computes; a family not covered, per-layer-type
+    parameters or a missing field are errors naming it."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in _WRAPPERS and getattr(config, "text_config", None) is not None:
+        config = config.text_config
+        model_type = getattr(config, "model_type", None)
+    family = FAMILIES.get(model_type)  # type: ignore[arg-type]
+    if family is None:
+        raise PosencError(
+            f"`config` of model_type {model_type!r} is not a family from_hf covers (it would "
+            f"risk a silently different table); covered: {', '.join(sorted(FAMILIES))}"
+        )
+    rp = _field(config, "rope_parameters", model_type)
+    if not isinstance(rp, dict):
+        raise PosencError(
+            f"`config.rope_parameters` must be a dict, got {show(rp)} ({model_type})"
+        )
+    if rp and all(isinstance(v, dict) for v in rp.values()):
+        raise PosencError(
+            f"`config.rope_parameters` of {model_type!r} holds one set per layer type "
+            f"({', '.join(rp)}); build one module per layer type from a config with that set"
+        )
+    if "rope_theta" not in rp:
+        raise PosencError(f"`config.rope_parameters['rope_theta']` is missing ({model_type})")
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim is None:
+        hidden = _field(config, "hidden_size", model_type)
+        head_dim = hidden // _field(config, "num_attention_heads", model_type)
+    factor = rp.get("partial_rotary_factor", 1.0) if family.partial or kind != "default" else 1.0
+    keywords: dict[str, Any] = {
+        "dim": int(head_dim * factor),
+        "base": rp["rope_theta"],
+        "layout": family.form if family.form != "complex" else "compact",
+    }
+    longest = getattr(config, "max_position_embeddings", None)
+    if kind != "default":
+        scaling = {k: v for k, v in rp.items() if k not in _NOT_SCALING}
+        scaling["rope_type"] = kind
+        if kind in ("dynamic", "yarn", "longrope"):
+            if longest is None and kind == "dynamic":
+                raise PosencError(f"`config.max_position_embeddings` is missing ({model_type})")
+            scaling.setdefault("max_position_embeddings", longest)
+        if kind == "longrope" and "original_max_position_embeddings" not in scaling:
+            scaling["original_max_position_embeddings"] = _field(
+                config, "original_max_position_embeddings", model_type
+            )
+        keywords["scaling"] = scaling
+    if family.sections is not None:
+        keywords["sections"] = tuple(rp.get("mrope_section", family.sections))
+        keywords["interleave_sections"] = family.interleave
+    return HfRotary(keywords, family.form, model_type, longest)  # type: ignore[arg-type]
+
+
+def _field(config: Any, name: str, model_type: Any) -> Any:
+    value = getattr(config, name, None)
+    if value is None:
+        raise PosencError(f"`config.{name}` is missing ({model_type})")
+    return value
+
+
+def polar(r: Rotary, pos: Positions, seq_len: int | None) -> Any:
+    """Llama 4's and DeepSeek-V2's complex form, as transformers computes it:
+    ``polar(1, ids.float() * inv_freq) * attention_factor``, complex64."""
+    torch = _torch()
+    x = pos.values
+    freq, factor = inv_freq(r, seq_len, device=x.device)
+    angles = x.float()[..., None] * freq
+    return torch.polar(torch.ones_like(angles), angles) * factor

@@ -258,6 +258,18 @@ class Scaling:
     def p(self) -> Params:
         return dict(self.params)
 
+    def phase(self, seq_len: int | None) -> int | None:
+        """The part of ``seq_len`` the frequencies depend on: None up to the rule's original
+        length (and for rules that ignore it), one value for every longer sequence under
+        ``longrope``, the length itself under ``dynamic``. Equal phases, equal tables."""
+        if not self.rule.uses_seq_len or seq_len is None:
+            return None
+        p = self.p
+        if self.rope_type == "longrope":
+            length = p["original_max_position_embeddings"]
+            return length + 1 if seq_len > length else None
+        return seq_len if seq_len > p["max_position_embeddings"] else None
+
     def frequencies(self, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         """``(omega [d/2] float64, attention factor)`` for rotary width ``d``."""
         if self.rope_type == "dynamic" and d < 4:

@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import __version__, _api
 from .._engine import PROGRESS
+from .._presets import RotaryPreset, get_preset
 from .._validate import MAX_AXES, PosencError
 from .files import (
     atomic,
@@ -153,7 +154,7 @@ class Request:
 
 
 def _request(args: argparse.Namespace) -> Request:
-    p = _api.preset(args.preset)
+    p = get_preset(args.preset)
     is_grid = args.grid is not None or p.encoding.ndim not in (1, None)
     if is_grid:
         for flag, given in (("--length", args.length), ("--offset", args.offset)):
@@ -265,15 +266,25 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    width = max(len(n) for n in _api.presets())
-    for name in _api.presets():
-        p = _api.preset(name)
-        print(f"{name:<{width}}  {p.summary}")
-        if args.verbose:
+    names = _api.presets()
+    width = max(len(n) for n in names)
+    for kind, heading in (
+        ("sinusoidal", "added to activations (posenc.table, encode, grid; posenc.torch)"),
+        ("rotary", "rotary embeddings (posenc.rope, posenc.torch.RotaryEmbedding)"),
+    ):
+        print(f"# {kind}: {heading}")
+        for name in _api.presets(kind):
+            p = _api.preset(name)
+            print(f"{name:<{width}}  {p.summary}")
+            if not args.verbose:
+                continue
             print(f"{'':<{width}}  origin: {p.origin}")
             print(f"{'':<{width}}  quirks: {p.quirks}")
-            opts = ", ".join(f"{k}: {o.doc}" for k, o in p.options.items()) or "none"
-            print(f"{'':<{width}}  options: {opts}")
+            if isinstance(p, RotaryPreset):
+                print(f"{'':<{width}}  rope keywords: {p.settings()} (rotary width {p.dim})")
+            else:
+                opts = ", ".join(f"{k}: {o.doc}" for k, o in p.options.items()) or "none"
+                print(f"{'':<{width}}  options: {opts}")
     return 0
 
 

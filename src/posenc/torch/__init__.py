@@ -24,6 +24,7 @@ Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
 from __future__ import annotations
 
 from .diffusion import Timesteps
+from .rotary import RotaryEmbedding
 from .sequence import PositionalEncoding, SinusoidalEmbedding, encode, packed_positions
 from .vision import DetrSineEncoding, GridEncoding
 
@@ -31,6 +32,7 @@ __all__ = [
     "DetrSineEncoding",
     "GridEncoding",
     "PositionalEncoding",
+    "RotaryEmbedding",
     "SinusoidalEmbedding",
     "Timesteps",
     "encode",

@@ -17,28 +17,20 @@ from .._validate import PosencError, Positions, as_positions, check_device, chec
 from ._checkpoint import check_saved_tables
 
 
-class _Module(nn.Module):
-    """What every module shares: a preset resolved once, and the dtype and device the module
-    was built for or moved to (tracked through ``_apply``, so ``.to()``, ``.half()``,
-    ``to_empty()`` and friends reach it without a buffer that DDP would broadcast)."""
+class _Tracked(nn.Module):
+    """The dtype and device a module was built for or moved to, tracked through ``_apply``
+    (so ``.to()``, ``.half()``, ``to_empty()`` and friends reach it without a buffer that DDP
+    would broadcast); ``_moved`` runs after a change."""
 
-    def __init__(
-        self, preset: str, options: dict[str, Any], *, grid: bool, device: Any, dtype: Any
-    ) -> None:
+    def __init__(self, *, device: Any, dtype: Any) -> None:
         super().__init__()
-        p = get_preset(preset)
-        self.preset = p.name
-        self.options = dict(options)
-        self.enc = p.resolve(self.options, grid=grid)
-        self.label = p.label(self.options)  # how errors name the preset and its options
         dtype = dtype or torch.get_default_dtype()
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise PosencError(f"`dtype` must be a floating torch dtype, got {dtype!r}")
         probe = torch.empty(0, dtype=dtype, device=_api_device(device))
         self._dtype, self._device = probe.dtype, probe.device
-        self._register_load_state_dict_pre_hook(check_saved_tables, with_module=True)
 
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _Module:
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _Tracked:
         super()._apply(fn, recurse)
         probe = fn(torch.empty(0, dtype=self._dtype, device=self._device))
         if (probe.dtype, probe.device) != (self._dtype, self._device):
@@ -56,6 +48,22 @@ class _Module(nn.Module):
             "posenc's Python core, which TorchScript cannot type. Use torch.compile, "
             "torch.export or torch.onnx.export (dynamic lengths), or torch.jit.trace"
         )
+
+
+class _Module(_Tracked):
+    """What every sinusoidal module shares: a preset resolved once, the tracked dtype and
+    device, and the check of the tables a checkpoint holds."""
+
+    def __init__(
+        self, preset: str, options: dict[str, Any], *, grid: bool, device: Any, dtype: Any
+    ) -> None:
+        super().__init__(device=device, dtype=dtype)
+        p = get_preset(preset)
+        self.preset = p.name
+        self.options = dict(options)
+        self.enc = p.resolve(self.options, grid=grid)
+        self.label = p.label(self.options)  # how errors name the preset and its options
+        self._register_load_state_dict_pre_hook(check_saved_tables, with_module=True)
 
     def _expected_table(self, rows: int) -> np.ndarray | str:
         """This module's own ``[rows, width]`` table in float64, to compare a checkpoint's

@@ -1,0 +1,458 @@
+"""Rotary position embeddings as a module: ``RotaryEmbedding`` rotates queries and keys, and
+``RotaryEmbedding.from_hf`` stands in for a transformers model's own rotary module.
+
+The tables come from the core (:mod:`posenc._rope`): exact (float64 angles, one rounding),
+in float32 for float32 and 16-bit activations (the rotation runs in float32, then rounds once
+to the activations' dtype) and float64 for float64 ones. Eager calls keep the tables of the
+first ``cached_length`` positions, and a window of rows past them for decoding; traced calls
+(``torch.compile``, ``torch.export``, ONNX) compute the rows they need in the graph, so no
+length or offset is baked in. Nothing is a buffer: the state_dict is empty and DDP has
+nothing to broadcast.
+
+Shapes: ``b`` batch, ``h`` heads, ``s`` sequence, ``d`` head channels, ``t`` packed tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import _api, _rope_compat
+from .._layout import Plan
+from .._rope import Rotary, _axes_last, _seq_len, rotary, rotate
+from .._validate import (
+    PosencError,
+    Positions,
+    as_positions,
+    check_bool,
+    check_choice,
+    check_int,
+    tracing,
+)
+from ._base import _traceable, _Tracked
+from .sequence import packed_positions
+
+WINDOW = 256
+"""Rows kept past the cached ones, for decoding: a call whose positions span less than half
+of it refills it at most once per ``WINDOW / 2`` steps of a decoding loop."""
+
+
+class RotaryEmbedding(_Tracked):
+    """Rotates queries and keys by their positions: RoPE, exact, in any scaling rule.
+
+    ``q, k = rope(q, k)`` rotates the first ``dim`` channels of every head of ``q`` and
+    ``k`` (the rest pass through: partial rotary) by the exact tables of their positions.
+
+    Args:
+        dim: the rotary width (even; at most the head dimension).
+        preset: a model family's keywords (``posenc.presets("rotary")``); keywords given
+            beside it replace the preset's.
+        base, scaling, sections, interleave_sections, axes_dim: as in :func:`posenc.rope`.
+        layout: how channels pair: ``"halves"`` (``i`` with ``i + dim/2``: HF ``rotate_half``,
+            GPT-NeoX; ``"compact"`` is the same pairing) or ``"interleaved"`` (``2i`` with
+            ``2i + 1``: Meta, GPT-J, Cohere, FLUX).
+        seq_len: the sequence length the ``dynamic`` and ``longrope`` rules read. Default:
+            the largest position + 1 of each call (transformers' rule), which eager calls
+            read from the positions; compiled and exported modules need it given.
+        heads_first: ``q`` and ``k`` are ``[b, h, s, d]`` (True, transformers' and SDPA's
+            order) or ``[b, s, h, d]`` (False: flash-attn, Megatron, vLLM).
+        cached_length: positions whose tables are kept (eager, 1-D positions).
+        device: where the kept tables live (they follow ``.to()``).
+
+    Shapes:
+        - q, k: ``[b, h, s, d]`` (or ``[b, s, h, d]``); with ``cu_seqlens``, ``[t, h, d]``.
+          ``q`` and ``k`` may have different head counts (grouped-query attention).
+        - positions: ``[b, s]`` or ``[s]`` (with ``sections``: also ``[n_sections, b, s]``;
+          with ``axes_dim``: ``[b, s, n_axes]`` or ``[s, n_axes]``), integer or real.
+        - offset: int, or ``[b]`` tensor (KV-cache lengths): positions ``offset + i``.
+        - cu_seqlens: ``[n + 1]`` cumulative lengths of packed documents (positions restart).
+        - output: ``(q, k)`` rotated, same shapes and dtypes.
+
+    Example:
+        >>> rope = RotaryEmbedding(128, preset="llama3")
+        >>> q, k = torch.randn(1, 32, 16, 128), torch.randn(1, 8, 16, 128)
+        >>> q, k = rope(q, k)                                  # positions 0 … 15
+        >>> q1, k1 = rope(q[:, :, :1], k[:, :, :1], offset=16)  # the next decoding step
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        preset: str | None = None,
+        base: float | None = None,
+        scaling: dict[str, Any] | None = None,
+        layout: str | None = None,
+        sections: tuple[int, ...] | None = None,
+        interleave_sections: bool | None = None,
+        axes_dim: tuple[int, ...] | None = None,
+        seq_len: int | None = None,
+        heads_first: bool = True,
+        cached_length: int = 4096,
+        device: Any = None,
+    ) -> None:
+        super().__init__(device=device, dtype=torch.float32)
+        r = rotary(
+            dim,
+            preset=preset,
+            base=base,
+            scaling=scaling,
+            layout=layout,
+            sections=sections,
+            interleave_sections=interleave_sections,
+            axes_dim=axes_dim,
+        )
+        self.rotary = r
+        self.preset = preset
+        self.dim = r.dim
+        self.pairing = "interleaved" if r.layout == "interleaved" else "halves"
+        # the tables: one column per frequency ([cos | sin], dim wide), whatever the pairing
+        self._tables = dataclasses.replace(r, layout="compact")
+        self.seq_len = None if seq_len is None else check_int("seq_len", seq_len, minimum=1)
+        self.heads_first = check_bool("heads_first", heads_first)
+        self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
+        self._plan = self._plan_for(self.seq_len)
+        self._moved()
+
+    @classmethod
+    def from_hf(
+        cls, config: Any, compat: str | None = None, *, device: Any = None
+    ) -> HFRotaryEmbedding:
+        """A drop-in for the rotary module of the transformers model ``config`` describes:
+        ``model.model.rotary_emb = RotaryEmbedding.from_hf(model.config)``.
+
+        Args:
+            config: a transformers config (``LlamaConfig``, ``Qwen2VLConfig``, …) of a family
+                in ``posenc._rope_compat.FAMILIES``; any other is refused, by name.
+            compat: ``"transformers"``: transformers' float32 numbers bit for bit (not one
+                logit changes); default exact.
+            device: where the module lives (it follows ``.to()``).
+
+        Returns:
+            :class:`HFRotaryEmbedding`: ``forward(x, position_ids)`` as the family's module.
+
+        Example:
+            >>> config = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4)
+            >>> rotary = RotaryEmbedding.from_hf(config)
+            >>> cos, sin = rotary(torch.zeros(1, dtype=torch.bfloat16), torch.arange(8)[None])
+            >>> cos.shape, cos.dtype
+            (torch.Size([1, 8, 64]), torch.bfloat16)
+        """
+        return HFRotaryEmbedding(config, compat, device)
+
+    def _plan_for(self, seq_len: int | None) -> Plan:
+        return _traceable(self._tables.plan(seq_len, _who(self.rotary)))
+
+    def _moved(self) -> None:
+        """Forget the kept tables (rebuilt on first use on the new device)."""
+        self._cache: dict[torch.dtype, Tensor] = {}
+        self._window: dict[torch.dtype, tuple[int, Tensor]] = {}
+
+    def reset_parameters(self) -> None:
+        """Forget the kept tables (``nn.Module`` convention; they hold no learned state)."""
+        self._moved()
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor | None = None,
+        positions: Tensor | None = None,
+        *,
+        offset: int | Tensor = 0,
+        cu_seqlens: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``(q, k)`` rotated by their positions (``k`` may be None)."""
+        for name, x in (("q", q), ("k", k)):
+            if x is not None:
+                self._check(name, x, packed=cu_seqlens is not None)
+        length = q.shape[0] if cu_seqlens is not None else q.shape[self._seq_axis]
+        if k is not None and self._batch_seq(k) != self._batch_seq(q):
+            raise PosencError(
+                f"`q` and `k` must share batch and sequence, got shapes {tuple(q.shape)} and "
+                f"{tuple(k.shape)}"
+            )
+        tab = self.tables(q, positions, offset=offset, cu_seqlens=cu_seqlens, length=length)
+        n = self.dim // 2
+        c, s = tab[..., :n], tab[..., n:]
+        if cu_seqlens is not None or not self.heads_first:
+            c, s = c.unsqueeze(-2), s.unsqueeze(-2)  # [..., s, 1, n]: every head
+        else:
+            c, s = c.unsqueeze(-3), s.unsqueeze(-3)  # [..., 1, s, n]
+        parts = (c, c, s, s)
+        q = rotate(q, self.dim, self.pairing, parts)
+        return q, None if k is None else rotate(k, self.dim, self.pairing, parts)
+
+    @property
+    def _seq_axis(self) -> int:
+        return -2 if self.heads_first else -3
+
+    def _batch_seq(self, x: Tensor) -> tuple[Any, ...]:
+        """The batch and sequence sizes (tokens, packed) that ``q`` and ``k`` share."""
+        if x.ndim == 3:
+            return (x.shape[0],)
+        return (x.shape[0], x.shape[self._seq_axis])
+
+    def _check(self, name: str, x: Tensor, *, packed: bool) -> None:
+        want = 3 if packed else 4
+        if not isinstance(x, Tensor) or x.ndim != want or not x.is_floating_point():
+            order = "[tokens, heads, head_dim] (with cu_seqlens)" if packed else (
+                "[batch, heads, seq, head_dim]" if self.heads_first
+                else "[batch, seq, heads, head_dim]"
+            )  # fmt: skip
+            raise PosencError(
+                f"`{name}` must be a floating tensor {order}, got "
+                f"{getattr(x, 'dtype', type(x).__name__)} of shape "
+                f"{tuple(getattr(x, 'shape', ()))}"
+            )
+        if x.shape[-1] < self.dim:
+            raise PosencError(
+                f"`{name}` has head_dim {x.shape[-1]}, less than the rotary width {self.dim}"
+            )
+
+    def tables(
+        self,
+        x: Tensor,
+        positions: Tensor | None = None,
+        *,
+        offset: int | Tensor = 0,
+        cu_seqlens: Tensor | None = None,
+        length: Any = None,
+    ) -> Tensor:
+        """The ``[cos | sin]`` rows ``forward`` rotates by: ``[b or 1, s, dim]`` (``[t, dim]``
+        packed), one column per frequency, float32 (float64 for float64 ``x``)."""
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        if length is None:
+            length = x.shape[0] if cu_seqlens is not None else x.shape[self._seq_axis]
+        if cu_seqlens is not None:
+            if positions is not None or not (isinstance(offset, int) and offset == 0):
+                raise PosencError("`cu_seqlens` takes neither `positions` nor `offset`")
+            pos = packed_positions(cu_seqlens.to(x.device), length)
+            return self._rows(self._spread(pos), work, x.device)
+        if positions is not None:
+            if not (isinstance(offset, int) and offset == 0):
+                raise PosencError("give `positions` or `offset`, not both")
+            return self._rows(self._given(positions, x, length), work, x.device)
+        if self.rotary.axes_dim is not None:
+            raise PosencError(
+                f"axial RoPE (axes_dim={self.rotary.axes_dim}) needs `positions`: "
+                f"[batch, seq, {len(self.rotary.axes_dim)}] coordinates"
+            )
+        if isinstance(offset, Tensor):
+            batch = x.shape[0]
+            if (
+                offset.shape not in ((batch,), ())
+                or offset.is_floating_point()
+                or offset.is_complex()
+                or offset.dtype == torch.bool
+            ):
+                raise PosencError(
+                    f"`offset` must be an int or an integer tensor [batch] = [{batch}], got "
+                    f"{offset.dtype} of shape {tuple(offset.shape)}"
+                )
+            given = as_positions(offset, "offset")
+            if given.low is not None and given.low < 0:
+                raise PosencError(f"`offset` must be >= 0, got {offset.tolist()}")
+            rows = given.values.to(x.device).reshape(-1, 1) + torch.arange(
+                length, device=x.device
+            )
+            return self._rows(self._spread(rows), work, x.device)
+        start = check_int("offset", offset)
+        if self.rotary.ndim > 1:
+            rows = torch.arange(start, start + length, device=x.device)
+            return self._rows(self._spread(rows), work, x.device)
+        return self._span(start, length, work, x.device)
+
+    def _given(self, positions: Tensor, x: Tensor, length: Any) -> Tensor:
+        if not isinstance(positions, Tensor):
+            raise PosencError(
+                f"`positions` must be a tensor, got {type(positions).__name__}"
+            )
+        batch, r = x.shape[0], self.rotary
+        p = positions.to(x.device)
+        if r.axes_dim is not None:
+            k = len(r.axes_dim)
+            ok: tuple[tuple[int, ...], ...] = ((batch, length, k), (length, k))
+        elif r.sections is not None and p.ndim == 3:
+            k = len(r.sections)
+            ok = ((k, batch, length), (k, length))
+        else:
+            ok = ((batch, length), (length,))
+        if tuple(p.shape) not in ok:
+            raise PosencError(
+                f"`positions` must have shape {' or '.join(str(list(s)) for s in ok)}, got "
+                f"{list(p.shape)}"
+            )
+        return p if p.ndim == 3 and r.sections is not None else self._spread(p)
+
+    def _spread(self, pos: Tensor) -> Tensor:
+        """Multimodal sections: 1-D ids serve every axis (text tokens, as transformers)."""
+        k = len(self.rotary.sections or ())
+        return pos.expand(k, *pos.shape) if k else pos
+
+    def _plan_at(self, largest: float | None) -> Plan:
+        """The plan for positions up to ``largest`` (the rules that read the length)."""
+        rule = self._tables.scaling
+        if self.seq_len is not None or not rule.rule.uses_seq_len:
+            return self._plan
+        if largest is None:
+            raise PosencError(
+                f"rope_type {rule.rope_type!r} reads the sequence length, which a traced "
+                "(compiled or exported) call cannot: pass seq_len= to RotaryEmbedding"
+            )
+        return self._plan_for(int(largest) + 1)
+
+    def _rows(self, values: Tensor, work: torch.dtype, device: torch.device) -> Tensor:
+        """Rows for explicit positions (sections leading, axes trailing)."""
+        pos = as_positions(values)
+        r = self.rotary
+        if r.sections is not None:
+            pos = Positions(pos.values.movedim(0, -1), pos.integral, pos.low, pos.high)
+        plan = self._plan_at(pos.high)
+        if (
+            plan is self._plan
+            and r.ndim == 1
+            and pos.integral
+            and pos.low is not None
+            and pos.high is not None
+            and pos.low >= 0
+            and pos.values.numel()
+        ):
+            low, high = int(pos.low), int(pos.high)
+            if high < self.cached_length:
+                return self._kept(work, device)[pos.values]
+            if high - low < WINDOW // 2:
+                start, table = self._near(low, work, device)
+                return table[pos.values - start]
+        return _api.evaluate_points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
+
+    def _span(self, start: int, length: Any, work: torch.dtype, device: torch.device) -> Tensor:
+        """Rows ``start … start + length - 1``, ``[1, length, dim]``."""
+        if tracing():
+            plan = self._plan_at(None)
+            out = _api.evaluate_span(plan, float(start), length, dtype=work, device=device)
+            return out.unsqueeze(0)
+        plan = self._plan_at(start + length - 1)
+        if plan is self._plan and start + length <= self.cached_length:
+            return self._kept(work, device)[start : start + length].unsqueeze(0)
+        if plan is self._plan and 0 < length < WINDOW // 2:
+            first, table = self._near(start, work, device)
+            return table[start - first : start - first + length].unsqueeze(0)
+        return _api.evaluate_span(plan, float(start), length, dtype=work, device=device)[None]
+
+    def _kept(self, work: torch.dtype, device: torch.device) -> Tensor:
+        """The table of the first ``cached_length`` positions, built on first use."""
+        if device != self._device:
+            return _api.evaluate_span(self._plan, 0.0, self.cached_length, dtype=work,
+                                      device=device)  # fmt: skip
+        table = self._cache.get(work)
+        if table is None:
+            table = self._cache[work] = _api.evaluate_span(
+                self._plan, 0.0, self.cached_length, dtype=work, device=device
+            )
+        return table
+
+    def _near(self, low: int, work: torch.dtype, device: torch.device) -> tuple[int, Tensor]:
+        """A window of ``WINDOW`` rows holding ``low … low + WINDOW / 2``: kept, or refilled
+        from the block of ``WINDOW / 2`` rows where ``low`` falls."""
+        kept = self._window.get(work) if device == self._device else None
+        if kept is not None and kept[0] <= low and low + WINDOW // 2 <= kept[0] + WINDOW:
+            return kept
+        start = low - low % (WINDOW // 2)
+        table = _api.evaluate_span(self._plan, float(start), WINDOW, dtype=work, device=device)
+        if device == self._device:
+            self._window[work] = (start, table)
+        return start, table
+
+    def extra_repr(self) -> str:
+        r = self.rotary
+        parts = [str(r.dim)]
+        if self.preset is not None:
+            parts.append(f"preset={self.preset!r}")
+        parts.append(f"base={r.base:g}")
+        if r.scaling.rope_type != "default":
+            parts.append(f"scaling={dict(r.scaling.p, rope_type=r.scaling.rope_type)!r}")
+        parts.append(f"layout={self.pairing!r}")
+        for key in ("sections", "axes_dim"):
+            if getattr(r, key) is not None:
+                parts.append(f"{key}={getattr(r, key)!r}")
+        if r.interleave_sections:
+            parts.append("interleave_sections=True")
+        if not self.heads_first:
+            parts.append("heads_first=False")
+        return ", ".join(parts) + f", cached_length={self.cached_length}"
+
+
+def _who(r: Rotary) -> str:
+    return f"RotaryEmbedding({r.dim}, rope_type={r.scaling.rope_type!r}, base={r.base:g})"
+
+
+class HFRotaryEmbedding(_Tracked):
+    """A drop-in for a transformers model's rotary module (``<Model>RotaryEmbedding(config)``),
+    built by :meth:`RotaryEmbedding.from_hf`.
+
+    ``forward(x, position_ids)`` returns what that model family's module returns, with its
+    shapes: ``(cos, sin)`` ``[b, s, d]`` in ``x.dtype`` (halves, interleaved, or compact
+    ``[b, s, d/2]`` for gpt-oss), or one complex64 ``[b, s, d/2]`` tensor (Llama 4,
+    DeepSeek-V2). ``position_ids`` is ``[b, s]`` (multimodal families: also ``[3, b, s]``).
+
+    ``compat="transformers"`` gives transformers' own float32 numbers, bit for bit on CPU,
+    including the dynamic rule's memory (its module keeps the longest sequence seen until a
+    call shorter than the original length). Default: exact tables, and ``dynamic`` reads each
+    call's own length (the same ids give the same tables, whatever came before).
+    """
+
+    def __init__(self, config: Any, compat: str | None = None, device: Any = None) -> None:
+        super().__init__(device=device, dtype=torch.float32)
+        hf = _rope_compat.read_config(config)
+        self.config = config
+        self.model_type = hf.model_type
+        self.form = hf.form
+        self.compat = None if compat is None else check_choice("compat", compat, ("transformers",))
+        self.rotary = rotary(**hf.keywords)
+        self._plan = _traceable(self.rotary.plan(None, f"from_hf({hf.model_type!r})"))
+        self.original_max_seq_len = hf.max_position_embeddings
+        self.max_seq_len_cached = hf.max_position_embeddings  # transformers' dynamic memory
+
+    def forward(self, x: Tensor, position_ids: Tensor) -> Any:
+        r = self.rotary
+        pos = as_positions(position_ids, "position_ids")
+        if r.sections is not None and pos.values.ndim == 2:  # text ids serve every axis
+            v = pos.values
+            pos = Positions(v.expand(len(r.sections), *v.shape), pos.integral, pos.low, pos.high)
+        pos = _axes_last(r, pos, r.sections is not None)
+        seq_len = _seq_len(r, pos, None) if r.scaling.rule.uses_seq_len else None
+        if self.compat is not None:
+            if r.scaling.rope_type == "dynamic" and seq_len is not None:
+                seq_len = self._remember(seq_len)
+            if self.form == "complex":
+                return _rope_compat.polar(r, pos, seq_len)
+            return _rope_compat.rope(r, pos, seq_len, x.dtype)
+        plan = self._plan if r.scaling.phase(seq_len) is None else r.plan(seq_len)
+        work = torch.float32 if self.form == "complex" else x.dtype
+        both = _api.evaluate_points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
+        w = r.width
+        if self.form == "complex":
+            return torch.complex(both[..., :w], both[..., w:])
+        return both[..., :w], both[..., w:]
+
+    def _remember(self, seq_len: int) -> int:
+        """transformers' dynamic update: grow past the longest length seen, reset below the
+        original one; the length whose frequencies the module then holds."""
+        original, cached = self.original_max_seq_len, self.max_seq_len_cached
+        assert original is not None and cached is not None
+        if seq_len > cached:
+            self.max_seq_len_cached = seq_len
+        elif seq_len < original < cached:
+            self.max_seq_len_cached = original
+        return self.max_seq_len_cached
+
+    def extra_repr(self) -> str:
+        r = self.rotary
+        mode = "exact" if self.compat is None else f"compat={self.compat!r}"
+        return (
+            f"{self.model_type!r}, {self.form}, dim={r.dim}, base={r.base:g}, "
+            f"rope_type={r.scaling.rope_type!r}, {mode}"
+        )
