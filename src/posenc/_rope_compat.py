@@ -147,21 +147,24 @@ class Family:
     returns: ``form`` ``"halves"``, ``"interleaved"``, ``"compact"`` (a ``(cos, sin)`` pair)
     or ``"complex"`` (one complex64 tensor); ``partial``: its default rule honours
     ``partial_rotary_factor`` (the scaled rules always do); ``sections``: multimodal RoPE
-    with these default sections, ``interleave``: Qwen3-VL's round robin."""
+    with these default sections, ``interleave``: Qwen3-VL's round robin; ``float32``: the
+    tables stay float32 whatever ``x``'s dtype (OLMo), instead of following it."""
 
     form: str
     partial: bool = False
     sections: tuple[int, ...] | None = None
     interleave: bool = False
+    float32: bool = False
 
 
 _HALVES, _PARTIAL = Family("halves"), Family("halves", partial=True)
 FAMILIES: dict[str, Family] = {
     **dict.fromkeys(
         ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
-         "gemma2", "granite", "olmo", "olmo2", "deepseek_v3", "starcoder2", "smollm3"),
+         "gemma2", "granite", "deepseek_v3", "starcoder2", "smollm3"),
         _HALVES,
     ),
+    **dict.fromkeys(("olmo", "olmo2"), Family("halves", float32=True)),
     **dict.fromkeys(("gpt_neox", "phi", "phi3", "stablelm", "persimmon"), _PARTIAL),
     **dict.fromkeys(("cohere", "cohere2"), Family("interleaved")),
     "gpt_oss": Family("compact"),
@@ -178,11 +181,11 @@ _NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_i
 
 @dataclass(frozen=True)
 class HfRotary:
-    """A transformers config read: :func:`posenc.rope`'s keywords, the output form, the
-    model type, and the dynamic rule's original length (its module's ``original_max_seq_len``)."""
+    """A transformers config read: :func:`posenc.rope`'s keywords, the family, the model
+    type, and the dynamic rule's original length (its module's ``original_max_seq_len``)."""
 
     keywords: dict[str, Any]
-    form: str
+    family: Family
     model_type: str
     max_position_embeddings: int | None
 
@@ -239,7 +242,7 @@ def read_config(config: Any) -> HfRotary:
     if family.sections is not None:
         keywords["sections"] = tuple(rp.get("mrope_section", family.sections))
         keywords["interleave_sections"] = family.interleave
-    return HfRotary(keywords, family.form, model_type, longest)  # type: ignore[arg-type]
+    return HfRotary(keywords, family, model_type, longest)  # type: ignore[arg-type]
 
 
 def _field(config: Any, name: str, model_type: Any) -> Any:

@@ -394,8 +394,8 @@ class HFRotaryEmbedding(_Tracked):
     built by :meth:`RotaryEmbedding.from_hf`.
 
     ``forward(x, position_ids)`` returns what that model family's module returns, with its
-    shapes: ``(cos, sin)`` ``[b, s, d]`` in ``x.dtype`` (halves, interleaved, or compact
-    ``[b, s, d/2]`` for gpt-oss), or one complex64 ``[b, s, d/2]`` tensor (Llama 4,
+    shapes: ``(cos, sin)`` ``[b, s, d]`` in ``x.dtype`` (float32 for OLMo; halves, interleaved,
+    or compact ``[b, s, d/2]`` for gpt-oss), or one complex64 ``[b, s, d/2]`` tensor (Llama 4,
     DeepSeek-V2). ``position_ids`` is ``[b, s]`` (multimodal families: also ``[3, b, s]``).
 
     ``compat="transformers"`` gives transformers' own float32 numbers, bit for bit on CPU,
@@ -409,7 +409,8 @@ class HFRotaryEmbedding(_Tracked):
         hf = _rope_compat.read_config(config)
         self.config = config
         self.model_type = hf.model_type
-        self.form = hf.form
+        self.form = hf.family.form
+        self._float32 = hf.family.float32 or self.form == "complex"
         self.compat = None if compat is None else check_choice("compat", compat, ("transformers",))
         self.rotary = rotary(**hf.keywords)
         self._plan = _traceable(self.rotary.plan(None, f"from_hf({hf.model_type!r})"))
@@ -429,9 +430,9 @@ class HFRotaryEmbedding(_Tracked):
                 seq_len = self._remember(seq_len)
             if self.form == "complex":
                 return _rope_compat.polar(r, pos, seq_len)
-            return _rope_compat.rope(r, pos, seq_len, x.dtype)
+            return _rope_compat.rope(r, pos, seq_len, torch.float32 if self._float32 else x.dtype)
         plan = self._plan if r.scaling.phase(seq_len) is None else r.plan(seq_len)
-        work = torch.float32 if self.form == "complex" else x.dtype
+        work = torch.float32 if self._float32 else x.dtype
         both = _api.evaluate_points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
         w = r.width
         if self.form == "complex":
