@@ -9,8 +9,9 @@ Side by side in one process, medians of 7 runs, torch's default threads:
   in float64 and rounding (exact, the obvious way);
 - apply: q and k of ``[1, 32, 4096, 128]`` rotated by posenc.apply_rope, by transformers'
   eager ``apply_rotary_pos_emb``, and one ``clone`` of each (the floor), float32 and bf16;
-- decoding: one token at position 100000 (``[1, 1]`` ids): posenc.rope on the id, against a
-  gather from a precomputed table.
+- decoding: one token at position 100000: the module's step (tables and rotation of q and k)
+  against a gather from a precomputed table plus transformers' rotation.
+- compiled: the module against transformers' rotary module and apply, both compiled.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 import posenc
+from posenc.torch import RotaryEmbedding
 from benchmarks.bench_modules import median_ms
 
 
@@ -92,14 +94,57 @@ def main() -> None:
         _apply_row(dtype, hf_apply, repeats)
 
     print("\n### Decoding one token at position 100000, head_dim 128\n")
-    print("| implementation | ms | x gather |")
+    _decode_rows(hf_apply)
+    print("\n### Compiled: rotary tables and apply for q and k of [1, 32, 4096, 128]\n")
+    _compiled_rows(module, hf_apply, repeats)
+
+
+def _decode_rows(hf_apply: Callable[..., Any]) -> None:
+    """One decoding step: q [1, 32, 1, 128] and k [1, 8, 1, 128] at position 100000."""
+    print("| implementation | ms | x gather + apply |")
     print("|---|---|---|")
     table_cos, table_sin = posenc.rope(torch.arange(131072), 128)
     one = torch.tensor([[100_000]])
-    gather = median_ms(lambda: (table_cos[one], table_sin[one]), 101)
-    rope = median_ms(lambda: posenc.rope(one, 128), 101)
-    print(f"| gather from a precomputed table | {gather:.3f} | 1.00 |")
-    print(f"| posenc.rope on the id | {rope:.3f} | {rope / gather:.2f} |")
+    q, k = torch.randn(1, 32, 1, 128), torch.randn(1, 8, 1, 128)
+    module = RotaryEmbedding(128)
+    steps = iter(range(100_000, 10**9))
+    rows = {
+        "gather from a precomputed table": lambda: (table_cos[one], table_sin[one]),
+        "gather + transformers apply_rotary_pos_emb": lambda: hf_apply(
+            q, k, table_cos[one], table_sin[one]
+        ),
+        "posenc.rope on the id": lambda: posenc.rope(one, 128),
+        "RotaryEmbedding(q, k, offset=100000)": lambda: module(q, k, offset=100_000),
+        "RotaryEmbedding, a decoding loop (offsets 100000, 100001, …)": lambda: module(
+            q, k, offset=next(steps)
+        ),
+    }
+    times = {name: median_ms(fn, 301) for name, fn in rows.items()}
+    base = times["gather + transformers apply_rotary_pos_emb"]
+    for name, ms in times.items():
+        print(f"| {name} | {ms:.3f} | {ms / base:.2f} |")
+
+
+def _compiled_rows(module: Any, hf_apply: Callable[..., Any], repeats: int) -> None:
+    print("| dtype | posenc RotaryEmbedding ms | transformers rotary + apply ms | x transformers |")
+    print("|---|---|---|---|")
+    ours_module = RotaryEmbedding(128)
+    ids = torch.arange(4096)[None]
+
+    def theirs(q: torch.Tensor, k: torch.Tensor) -> Any:
+        cos, sin = module(q, ids)
+        return hf_apply(q, k, cos, sin)
+
+    for dtype in (torch.float32, torch.bfloat16):
+        gen = torch.Generator().manual_seed(0)
+        q = torch.randn(1, 32, 4096, 128, generator=gen).to(dtype)
+        k = torch.randn(1, 32, 4096, 128, generator=gen).to(dtype)
+        torch._dynamo.reset()
+        ours = torch.compile(ours_module, fullgraph=True)
+        hf = torch.compile(theirs, fullgraph=True)
+        a, b = median_ms(lambda: ours(q, k), repeats), median_ms(lambda: hf(q, k), repeats)
+        name = str(dtype).replace("torch.", "")
+        print(f"| {name} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
 
 
 if __name__ == "__main__":

@@ -454,3 +454,18 @@ def test_from_hf_errors_name_the_family_or_field():
         RotaryEmbedding.from_hf(config)
     with raises("`compat` must be one of", "'hf'"):
         RotaryEmbedding.from_hf(T.LlamaConfig(), compat="hf")
+
+
+def test_example_swapped_llama_keeps_logits_in_compat_and_gains_in_exact():
+    """examples/hf_llama_rope.py: compat changes no logit; exact stays at the float32 noise
+    floor where transformers' own tables drift (measured against the float64 model)."""
+    import runpy
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "hf_llama_rope.py"
+    example = runpy.run_path(str(path))
+    rows = example["compare"](starts=(0, 131072 - 32), tokens=32)
+    assert all(r["compat_identical"] for r in rows)
+    floor = rows[0]["transformers_error"]  # at positions 0 … 31 both tables are exact enough
+    assert all(r["posenc_error"] < 3 * floor for r in rows)
+    assert rows[1]["transformers_error"] > 10 * rows[1]["posenc_error"]
