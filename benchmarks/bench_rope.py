@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 import posenc
-from posenc.torch import RotaryEmbedding
 from benchmarks.bench_modules import median_ms
+from posenc.torch import RotaryEmbedding
 
 
 def _hf() -> tuple:
@@ -142,7 +142,8 @@ def _compiled_rows(module: Any, hf_apply: Callable[..., Any], repeats: int) -> N
         torch._dynamo.reset()
         ours = torch.compile(ours_module, fullgraph=True)
         hf = torch.compile(theirs, fullgraph=True)
-        a, b = median_ms(lambda: ours(q, k), repeats), median_ms(lambda: hf(q, k), repeats)
+        a = median_ms(lambda q=q, k=k, f=ours: f(q, k), repeats)
+        b = median_ms(lambda q=q, k=k, f=hf: f(q, k), repeats)
         name = str(dtype).replace("torch.", "")
         print(f"| {name} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
 

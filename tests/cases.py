@@ -275,6 +275,20 @@ CASES: list[Case] = [
             "np.abs(to_numpy(out).astype(np.float64) - np.cos(np.arange(100_000, 100_064)[:, None]"
             " * np.tile(5e5 ** (-np.arange(0, 64, 2) / 64), 2))).max() < 3.5e-8",
         ),
+        ('posenc.rope(np.arange(8), 128, preset="whisper")', ("'whisper'", "sinusoidal", "rotary")),
+        ('posenc.table(8, 128, preset="llama3")', ("'llama3'", "rotary preset", "posenc.rope")),
+        (
+            "RotaryEmbedding(64)(torch.zeros(8, 64), torch.zeros(8, 64))",
+            ("`q`", "[batch, heads, seq, head_dim]", "(8, 64)"),
+        ),
+        (
+            "RotaryEmbedding(64)(torch.zeros(1, 2, 8, 64), offset=torch.tensor([-1]))",
+            ("`offset`", ">= 0", "-1"),
+        ),
+        (
+            "RotaryEmbedding.from_hf(transformers.BertConfig())",
+            ("model_type 'bert'", "not a family from_hf covers", "llama"),
+        ),
     ),
     *_area(
         "The command line",
@@ -300,9 +314,10 @@ CASES: list[Case] = [
 def namespace() -> dict[str, Any]:
     """What the code of a case may use."""
     import torch
+    import transformers
 
     import posenc.torch
-    from posenc.torch import PositionalEncoding, SinusoidalEmbedding, Timesteps
+    from posenc.torch import PositionalEncoding, RotaryEmbedding, SinusoidalEmbedding, Timesteps
     from tests import reference as ref
     from tests.helpers import to_numpy
 
@@ -322,6 +337,8 @@ def namespace() -> dict[str, Any]:
         "same": same,
         "to_numpy": to_numpy,
         "PositionalEncoding": PositionalEncoding,
+        "RotaryEmbedding": RotaryEmbedding,
+        "transformers": transformers,
         "SinusoidalEmbedding": SinusoidalEmbedding,
         "Timesteps": Timesteps,
     }

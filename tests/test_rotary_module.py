@@ -39,7 +39,8 @@ def reference(x, positions, dim, *, base=10000.0, pairing="halves", heads_first=
 
 def check(got, want, x):
     """Float32 rotation against the float64 one: a few float32 ulps of the inputs' size."""
-    assert got.dtype == x.dtype and got.shape == x.shape
+    assert got.dtype == x.dtype
+    assert got.shape == x.shape
     err = np.abs(got.double().numpy() - want).max()
     assert err <= 8 * 2.0**-24 * max(1.0, float(x.abs().max())), err
 
@@ -113,10 +114,13 @@ def test_other_dtypes_round_the_float32_rotation_once(dtype):
 
 def test_no_state_meta_init_and_moves():
     m = RotaryEmbedding(64, preset="llama3", device="meta")
-    assert dict(m.state_dict()) == {} and list(m.buffers()) == [] and list(m.parameters()) == []
+    assert dict(m.state_dict()) == {}
+    assert list(m.buffers()) == []
+    assert list(m.parameters()) == []
     q, k = qk(1, 2, 8, 64)
     out = m(q.to("meta"), k.to("meta"))
-    assert out[0].is_meta and out[0].shape == q.shape
+    assert out[0].is_meta
+    assert out[0].shape == q.shape
     m.to_empty(device="cpu")
     direct = RotaryEmbedding(64, preset="llama3")
     assert torch.equal(m(q, k)[0], direct(q, k)[0])
@@ -174,7 +178,7 @@ def test_rules_that_read_the_length_need_it_when_traced():
     cos, sin = posenc.rope(torch.arange(100), 32, scaling=scaling)
     assert torch.equal(eager, posenc.apply_rope(q, cos, sin))
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="'dynamic' reads the sequence length.*pass seq_len="):
+    with pytest.raises(Exception, match=r"'dynamic' reads the sequence length.*pass seq_len="):
         torch.compile(m, fullgraph=True)(q, k)  # dynamo wraps the PosencError it met
     fixed = RotaryEmbedding(32, scaling=scaling, seq_len=100)
     torch._dynamo.reset()
@@ -206,7 +210,7 @@ def test_torch_export_dynamic_length_without_float64():
     assert _float64_nodes(program) == []
     for length in (16, 700):
         q, k = qk(1, 4, length, 96)
-        gq, gk = program.module()(q, k)
+        gq, _gk = program.module()(q, k)
         # the float32-only formula (runtimes without float64): within 1e-6 of the truth
         assert np.abs(gq.double().numpy() - reference(q, np.arange(length), 64)).max() < 1e-5
 
@@ -390,10 +394,12 @@ def test_from_hf_is_every_family_module(model_type):
             assert not torch.equal(exact[0], want[0])  # float32 angles drift at 60000
         else:  # complex64: Llama 4, DeepSeek-V2
             assert torch.equal(got, want)
-            assert exact.shape == want.shape and exact.dtype == want.dtype == torch.complex64
+            assert exact.shape == want.shape
+            assert exact.dtype == want.dtype == torch.complex64
             r = posenc.rope(ids, 2 * want.shape[-1], layout="compact",
                             base=config.rope_parameters["rope_theta"])  # fmt: skip
-            assert torch.equal(exact.real, r[0]) and torch.equal(exact.imag, r[1])
+            assert torch.equal(exact.real, r[0])
+            assert torch.equal(exact.imag, r[1])
 
 
 def test_from_hf_exact_tables_are_posenc_rope():
@@ -402,8 +408,13 @@ def test_from_hf_exact_tables_are_posenc_rope():
                           rope_scaling={"type": "longrope", "short_factor": [1.0] * 24,
                                         "long_factor": [4.0] * 24})  # fmt: skip
     adapter = RotaryEmbedding.from_hf(config)
-    scaling = {"rope_type": "longrope", "short_factor": [1.0] * 24, "long_factor": [4.0] * 24,
-               "original_max_position_embeddings": 4096, "max_position_embeddings": 131072}
+    scaling = {
+        "rope_type": "longrope",
+        "short_factor": [1.0] * 24,
+        "long_factor": [4.0] * 24,
+        "original_max_position_embeddings": 4096,
+        "max_position_embeddings": 131072,
+    }
     for n in (100, 9000):  # short, then long factors
         ids = torch.arange(n)[None]
         got = adapter(torch.zeros(1), ids)

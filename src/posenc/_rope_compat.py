@@ -205,9 +205,7 @@ def read_config(config: Any) -> HfRotary:
         )
     rp = _field(config, "rope_parameters", model_type)
     if not isinstance(rp, dict):
-        raise PosencError(
-            f"`config.rope_parameters` must be a dict, got {show(rp)} ({model_type})"
-        )
+        raise PosencError(f"`config.rope_parameters` must be a dict, got {show(rp)} ({model_type})")
     if rp and all(isinstance(v, dict) for v in rp.values()):
         raise PosencError(
             f"`config.rope_parameters` of {model_type!r} holds one set per layer type "

@@ -255,9 +255,7 @@ class RotaryEmbedding(_Tracked):
             given = as_positions(offset, "offset")
             if given.low is not None and given.low < 0:
                 raise PosencError(f"`offset` must be >= 0, got {offset.tolist()}")
-            rows = given.values.to(x.device).reshape(-1, 1) + torch.arange(
-                length, device=x.device
-            )
+            rows = given.values.to(x.device).reshape(-1, 1) + torch.arange(length, device=x.device)
             return self._rows(self._spread(rows), work, x.device)
         start = check_int("offset", offset)
         if self.rotary.ndim > 1:
@@ -267,9 +265,7 @@ class RotaryEmbedding(_Tracked):
 
     def _given(self, positions: Tensor, x: Tensor, length: Any) -> Tensor:
         if not isinstance(positions, Tensor):
-            raise PosencError(
-                f"`positions` must be a tensor, got {type(positions).__name__}"
-            )
+            raise PosencError(f"`positions` must be a tensor, got {type(positions).__name__}")
         batch, r = x.shape[0], self.rotary
         p = positions.to(x.device)
         if r.axes_dim is not None:
@@ -443,12 +439,14 @@ class HFRotaryEmbedding(_Tracked):
         """transformers' dynamic update: grow past the longest length seen, reset below the
         original one; the length whose frequencies the module then holds."""
         original, cached = self.original_max_seq_len, self.max_seq_len_cached
-        assert original is not None and cached is not None
+        assert original is not None
+        assert cached is not None
         if seq_len > cached:
-            self.max_seq_len_cached = seq_len
+            cached = seq_len
         elif seq_len < original < cached:
-            self.max_seq_len_cached = original
-        return self.max_seq_len_cached
+            cached = original
+        self.max_seq_len_cached = cached
+        return cached
 
     def extra_repr(self) -> str:
         r = self.rotary
