@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ._backends import Ops, array_namespace, is_torch, ops_for
 from ._evaluate import Direct, Evaluator, evaluator
 from ._layout import Plan, channel_plan
@@ -69,6 +71,7 @@ def table(
     device: Any = None,
     channels: slice | None = None,
     like: Any = None,
+    compat: str | None = None,
     **options: Any,
 ) -> Any:
     """The encoding of positions ``offset, offset+1, …, offset+length-1``.
@@ -85,6 +88,9 @@ def table(
             bit the same as slicing the full table, at a cost proportional to the slice.
         like: an array whose library the result follows (a JAX array, an Array API array, a
             torch tensor: its device too).
+        compat: ``"original"``: the original's own float32 arithmetic, bit for bit on CPU
+            torch (``vaswani``: the PyTorch tutorial, ``whisper``, ``fairseq``, ``timestep``:
+            diffusers), for porting a checkpoint that saw those numbers. Default: exact.
         **options: the preset's options, by their original names.
 
     Returns:
@@ -101,6 +107,18 @@ def table(
     enc = p.resolve(options, grid=False)
     length = check_int("length", length)
     offset_f = check_real("offset", offset)
+    if compat is not None:
+        if is_torch(like) and device is None:
+            device = like.device
+        torch_out = device is not None or "torch" in str(type(dtype))
+        start = int(offset_f) if offset_f.is_integer() else offset_f
+        if torch_out:
+            import torch
+
+            positions: Any = torch.arange(start, start + length, device=device)
+        else:
+            positions = np.arange(start, start + length)
+        return _original(p, enc, positions, dim, dtype, compat, channels, like)
     pl = channel_plan(enc, dim, 1, p.label(options), channels)
     if is_torch(like) and device is None:
         device = like.device
@@ -150,6 +168,7 @@ def encode(
     dtype: Any = None,
     ndim: int | None = None,
     channels: slice | None = None,
+    compat: str | None = None,
     **options: Any,
 ) -> Any:
     """The encoding of arbitrary positions: integer or real, any shape.
@@ -166,6 +185,7 @@ def encode(
             When given, ``positions`` has a last axis of ``ndim`` coordinates; when not,
             such presets encode scalar positions like a 1D preset.
         channels: ``slice(start, stop)``: only these channels, as in :func:`table`.
+        compat: ``"original"``: the original's float32 arithmetic, as in :func:`table`.
         **options: the preset's options.
 
     Returns:
@@ -182,6 +202,8 @@ def encode(
     """
     p = get_preset(preset)
     enc = p.resolve(options, grid=False)
+    if compat is not None:
+        return _original(p, enc, positions, dim, dtype, compat, channels, None)
     k = _axes(p, ndim)
     coords = k > 1 or ndim is not None
     pos = as_positions(positions)
@@ -193,6 +215,35 @@ def encode(
         )
     pl = channel_plan(enc, dim, k, p.label(options), channels)
     return evaluate_points(pl, pos, coords=coords, dtype=dtype, padding_idx=enc.padding_idx)
+
+
+def _original(
+    p: Preset,
+    enc: Encoding,
+    positions: Any,
+    dim: Any,
+    dtype: Any,
+    compat: Any,
+    channels: Any,
+    like: Any,
+) -> Any:
+    """``compat="original"``: the preset's original float32 arithmetic."""
+    check_choice("compat", compat, ("original",))
+    for name, given in (("channels", channels), ("like", None if is_torch(like) else like)):
+        if given is not None:
+            raise PosencError(
+                f"`{name}` does not apply with `compat`: the original has no such form"
+            )
+    dim = check_int("dim", dim, minimum=1)
+    pos = as_positions(positions)
+    if pos.bound is not None and pos.bound > 2**24 and pos.integral:
+        raise PosencError(
+            f"`positions` must stay below 2^24 with `compat`: the originals cast them to "
+            f"float32, got {pos.bound:g}"
+        )
+    from . import _sinusoid_compat
+
+    return _sinusoid_compat.evaluate(p.name, enc, pos, dim, dtype)
 
 
 def evaluate_points(
