@@ -186,6 +186,25 @@ def test_rules_that_read_the_length_need_it_when_traced():
     assert (got - eager).abs().max() <= 8 * 2.0**-24 * float(q.abs().max())
 
 
+def test_traced_longrope_chooses_its_factors_on_the_device():
+    """longrope switches factors past the original length; traced, both tables are computed
+    and the largest position chooses (no host read, one graph on both sides)."""
+    from torch._dynamo.testing import CompileCounter
+
+    scaling = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [4.0] * 16,
+               "original_max_position_embeddings": 64, "max_position_embeddings": 256}  # fmt: skip
+    m = RotaryEmbedding(32, scaling=scaling)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    cm = torch.compile(m, fullgraph=True, dynamic=True, backend=counter)
+    for length in (10, 50, 100, 300):  # short factors, then long ones
+        q, k = qk(1, 2, length, 32)
+        cos, sin = posenc.rope(torch.arange(length), 32, scaling=scaling)
+        want = posenc.apply_rope(q, cos, sin)
+        assert (cm(q, k)[0] - want).abs().max() <= 8 * 2.0**-24 * float(q.abs().max())
+    assert counter.frame_count == 1
+
+
 class _Attention(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -480,3 +499,26 @@ def test_example_swapped_llama_keeps_logits_in_compat_and_gains_in_exact():
     floor = rows[0]["transformers_error"]  # at positions 0 … 31 both tables are exact enough
     assert all(r["posenc_error"] < 3 * floor for r in rows)
     assert rows[1]["transformers_error"] > 10 * rows[1]["posenc_error"]
+
+
+def test_from_hf_compiles_and_compat_stays_transformers_when_both_are_compiled():
+    """Compiled models compile their rotary module: compat, compiled, equals transformers'
+    module compiled the same way (inductor's code for one graph); exact, compiled, is the
+    float64 formula, within a float32 ulp of eager."""
+    from torch._dynamo.testing import CompileCounter
+
+    config = T.LlamaConfig(hidden_size=256, num_attention_heads=4)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compat = torch.compile(RotaryEmbedding.from_hf(config, compat="transformers"),
+                           fullgraph=True, dynamic=True)  # fmt: skip
+    theirs = torch.compile(_hf_module(config), fullgraph=True, dynamic=True)
+    exact = RotaryEmbedding.from_hf(config)
+    compiled = torch.compile(exact, fullgraph=True, dynamic=True, backend=counter)
+    x = torch.zeros(1)
+    for n in (10, 300):
+        ids = torch.arange(n)[None] + 5000
+        assert all(torch.equal(g, w) for g, w in zip(compat(x, ids), theirs(x, ids), strict=True))
+        for g, w in zip(compiled(x, ids), exact(x, ids), strict=True):
+            assert (g - w).abs().max() <= 2.0**-24
+    assert counter.frame_count == 1

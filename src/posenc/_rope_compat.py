@@ -131,6 +131,8 @@ def rope(r: Rotary, pos: Positions, seq_len: int | None, dtype: Any) -> tuple[An
 def _torch_dtype(torch: Any, dtype: Any) -> Any:
     if dtype is None:
         return torch.get_default_dtype()
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
     name = dtype_name(dtype)
     if name not in ("float16", "bfloat16", "float32", "float64"):
         raise PosencError(f"`dtype` must be a float dtype, got {dtype!r}")

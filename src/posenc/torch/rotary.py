@@ -56,7 +56,8 @@ class RotaryEmbedding(_Tracked):
             ``2i + 1``: Meta, GPT-J, Cohere, FLUX).
         seq_len: the sequence length the ``dynamic`` and ``longrope`` rules read. Default:
             the largest position + 1 of each call (transformers' rule), which eager calls
-            read from the positions; compiled and exported modules need it given.
+            read from the positions; traced ``longrope`` computes both tables and chooses on
+            the device (as transformers does); traced ``dynamic`` needs it given.
         heads_first: ``q`` and ``k`` are ``[b, h, s, d]`` (True, transformers' and SDPA's
             order) or ``[b, s, h, d]`` (False: flash-attn, Megatron, vLLM).
         cached_length: positions whose tables are kept (eager, 1-D positions).
@@ -115,6 +116,10 @@ class RotaryEmbedding(_Tracked):
         self.heads_first = check_bool("heads_first", heads_first)
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
         self._plan = self._plan_for(self.seq_len)
+        rule = r.scaling
+        self._long = None  # traced longrope: the long table's plan, made now (no lock traced)
+        if rule.rope_type == "longrope" and self.seq_len is None:
+            self._long = self._plan_for(rule.p["original_max_position_embeddings"] + 1)
         self._moved()
 
     @classmethod
@@ -300,12 +305,25 @@ class RotaryEmbedding(_Tracked):
             )
         return self._plan_for(int(largest) + 1)
 
+    def _traced_longrope(self, pos: Positions, work: torch.dtype) -> Tensor | None:
+        """Traced ``longrope`` without ``seq_len``: both tables, chosen on the device by the
+        largest position (transformers' own traceable choice), so no host read."""
+        if self._long is None or not tracing():
+            return None
+        length = self._tables.scaling.p["original_max_position_embeddings"]
+        coords = self.rotary.ndim > 1
+        short = _api.evaluate_points(self._plan, pos, coords=coords, dtype=work, padding_idx=None)
+        long = _api.evaluate_points(self._long, pos, coords=coords, dtype=work, padding_idx=None)
+        return torch.where(pos.values.max() + 1 > length, long, short)
+
     def _rows(self, values: Tensor, work: torch.dtype, device: torch.device) -> Tensor:
         """Rows for explicit positions (sections leading, axes trailing)."""
         pos = as_positions(values)
         r = self.rotary
         if r.sections is not None:
             pos = Positions(pos.values.movedim(0, -1), pos.integral, pos.low, pos.high)
+        if (chosen := self._traced_longrope(pos, work)) is not None:
+            return chosen
         plan = self._plan_at(pos.high)
         if (
             plan is self._plan
@@ -326,6 +344,10 @@ class RotaryEmbedding(_Tracked):
 
     def _span(self, start: int, length: Any, work: torch.dtype, device: torch.device) -> Tensor:
         """Rows ``start … start + length - 1``, ``[1, length, dim]``."""
+        if tracing() and self._long is not None:
+            return self._rows(
+                torch.arange(start, start + length, device=device)[None], work, device
+            )
         if tracing():
             plan = self._plan_at(None)
             out = _api.evaluate_span(plan, float(start), length, dtype=work, device=device)
