@@ -374,3 +374,26 @@ def test_exact_tables_are_views_of_one_array():
     assert cos.base is not None
     assert cos.base is sin.base
     assert as_float64(cos).shape == (10, 8)
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved", "compact"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_apply_rope_in_blocks_is_the_same_as_in_one(monkeypatch, layout, dtype):
+    """Large inputs rotate block by block (cache-sized float32 temporaries): the same bits as
+    one pass, for tables that broadcast over any leading axes and blocks that cut any axis."""
+    import posenc._rope as core
+
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, 50, 40, generator=torch.Generator().manual_seed(1))
+    x = x.to(getattr(torch, dtype))
+    tables = [
+        posenc.rope(torch.arange(50), 32, layout=layout),  # [50, w]
+        posenc.rope(torch.arange(100).reshape(2, 1, 50), 32, layout=layout),  # per batch
+        posenc.rope(torch.arange(300).reshape(2, 3, 50) % 77, 32, layout=layout),  # per head
+    ]
+    for cos, sin in tables:
+        monkeypatch.setattr(core, "BLOCK", 1 << 30)
+        whole = posenc.apply_rope(x, cos, sin, layout=layout)
+        for block in (40, 700, 2000, 4000):  # a row; rows of axis 2; whole axes; axis 1 cut
+            monkeypatch.setattr(core, "BLOCK", block)
+            assert torch.equal(posenc.apply_rope(x, cos, sin, layout=layout), whole), block
