@@ -309,7 +309,7 @@ def rope(
     )
     compat = None if compat is None else check_choice("compat", compat, ("transformers",))
     pos = as_positions(positions)
-    pos = _axes_last(r, pos, sections is not None or r.sections is not None)
+    pos = _axes_last(r, pos)
     length = _seq_len(r, pos, seq_len)
     if compat is not None:
         from . import _rope_compat
@@ -326,7 +326,7 @@ def _label(r: Rotary) -> str:
     return f"'rope' ({kind}, dim={r.dim}, base={r.base:g})"
 
 
-def _axes_last(r: Rotary, pos: Positions, leading: bool) -> Positions:
+def _axes_last(r: Rotary, pos: Positions) -> Positions:
     """Positions with the coordinate axis last: sections' leading axis moved there, a
     trailing axis of ``axes_dim`` checked."""
     x = pos.values

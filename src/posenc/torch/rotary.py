@@ -33,7 +33,7 @@ from .._validate import (
     tracing,
 )
 from ._base import _traceable, _Tracked
-from .sequence import packed_positions
+from .sequence import offset_positions, packed_positions
 
 WINDOW = 256
 """Rows kept past the cached ones, for decoding: a call whose positions span less than half
@@ -235,7 +235,7 @@ class RotaryEmbedding(_Tracked):
             if positions is not None or not (isinstance(offset, int) and offset == 0):
                 raise PosencError("`cu_seqlens` takes neither `positions` nor `offset`")
             pos = packed_positions(cu_seqlens.to(x.device), length)
-            return self._rows(self._spread(pos), work, x.device)
+            return self._rows(_spread(self.rotary, pos), work, x.device)
         if positions is not None:
             if not (isinstance(offset, int) and offset == 0):
                 raise PosencError("give `positions` or `offset`, not both")
@@ -246,26 +246,12 @@ class RotaryEmbedding(_Tracked):
                 f"[batch, seq, {len(self.rotary.axes_dim)}] coordinates"
             )
         if isinstance(offset, Tensor):
-            batch = x.shape[0]
-            if (
-                offset.shape not in ((batch,), ())
-                or offset.is_floating_point()
-                or offset.is_complex()
-                or offset.dtype == torch.bool
-            ):
-                raise PosencError(
-                    f"`offset` must be an int or an integer tensor [batch] = [{batch}], got "
-                    f"{offset.dtype} of shape {tuple(offset.shape)}"
-                )
-            given = as_positions(offset, "offset")
-            if given.low is not None and given.low < 0:
-                raise PosencError(f"`offset` must be >= 0, got {offset.tolist()}")
-            rows = given.values.to(x.device).reshape(-1, 1) + torch.arange(length, device=x.device)
-            return self._rows(self._spread(rows), work, x.device)
+            continued = offset_positions(offset, x.shape[0], length, x.device)
+            return self._rows(_spread(self.rotary, continued), work, x.device)
         start = check_int("offset", offset)
         if self.rotary.ndim > 1:
             rows = torch.arange(start, start + length, device=x.device)
-            return self._rows(self._spread(rows), work, x.device)
+            return self._rows(_spread(self.rotary, rows), work, x.device)
         return self._span(start, length, work, x.device)
 
     def _given(self, positions: Tensor, x: Tensor, length: Any) -> Tensor:
@@ -286,12 +272,7 @@ class RotaryEmbedding(_Tracked):
                 f"`positions` must have shape {' or '.join(str(list(s)) for s in ok)}, got "
                 f"{list(p.shape)}"
             )
-        return p if p.ndim == 3 and r.sections is not None else self._spread(p)
-
-    def _spread(self, pos: Tensor) -> Tensor:
-        """Multimodal sections: 1-D ids serve every axis (text tokens, as transformers)."""
-        k = len(self.rotary.sections or ())
-        return pos.expand(k, *pos.shape) if k else pos
+        return p if p.ndim == 3 and r.sections is not None else _spread(self.rotary, p)
 
     def _plan_at(self, largest: float | None) -> Plan:
         """The plan for positions up to ``largest`` (the rules that read the length)."""
@@ -316,12 +297,10 @@ class RotaryEmbedding(_Tracked):
         long = _api.evaluate_points(self._long, pos, coords=coords, dtype=work, padding_idx=None)
         return torch.where(pos.values.max() + 1 > length, long, short)
 
-    def _rows(self, values: Tensor, work: torch.dtype, device: torch.device) -> Tensor:
+    def _rows(self, values: Tensor | Positions, work: torch.dtype, device: torch.device) -> Tensor:
         """Rows for explicit positions (sections leading, axes trailing)."""
-        pos = as_positions(values)
         r = self.rotary
-        if r.sections is not None:
-            pos = Positions(pos.values.movedim(0, -1), pos.integral, pos.low, pos.high)
+        pos = _axes_last(r, values if isinstance(values, Positions) else as_positions(values))
         if (chosen := self._traced_longrope(pos, work)) is not None:
             return chosen
         plan = self._plan_at(pos.high)
@@ -403,6 +382,18 @@ class RotaryEmbedding(_Tracked):
         return ", ".join(parts) + f", cached_length={self.cached_length}"
 
 
+def _spread(r: Rotary, pos: Tensor | Positions) -> Any:
+    """Multimodal sections: ids without the sections' leading axis serve every axis (text
+    tokens, as transformers' modules broadcast them)."""
+    k = len(r.sections or ())
+    if not k:
+        return pos
+    if isinstance(pos, Positions):
+        v = pos.values
+        return Positions(v.expand(k, *v.shape), pos.integral, pos.low, pos.high)
+    return pos.expand(k, *pos.shape)
+
+
 def _who(r: Rotary) -> str:
     return f"RotaryEmbedding({r.dim}, rope_type={r.scaling.rope_type!r}, base={r.base:g})"
 
@@ -438,10 +429,9 @@ class HFRotaryEmbedding(_Tracked):
     def forward(self, x: Tensor, position_ids: Tensor) -> Any:
         r = self.rotary
         pos = as_positions(position_ids, "position_ids")
-        if r.sections is not None and pos.values.ndim == 2:  # text ids serve every axis
-            v = pos.values
-            pos = Positions(v.expand(len(r.sections), *v.shape), pos.integral, pos.low, pos.high)
-        pos = _axes_last(r, pos, r.sections is not None)
+        if pos.values.ndim == 2:
+            pos = _spread(r, pos)
+        pos = _axes_last(r, pos)
         seq_len = _seq_len(r, pos, None) if r.scaling.rule.uses_seq_len else None
         if self.compat is not None:
             if r.scaling.rope_type == "dynamic" and seq_len is not None:

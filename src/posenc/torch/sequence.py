@@ -69,6 +69,37 @@ def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
     return tokens - cu.index_select(0, doc)
 
 
+def offset_positions(offset: Tensor, batch: int, length: Any, device: Any) -> Positions:
+    """Positions ``offset[b] + i`` (``i < length``) of sequences continuing a KV cache.
+
+    Args:
+        offset: ``[batch]`` (or ``[]``) integer tensor, each ``>= 0``.
+        batch, length: the batch and sequence sizes of the activations.
+        device: where the positions go.
+
+    Returns:
+        ``[batch, length]`` (``[1, length]`` for a scalar offset) checked positions, with
+        their bounds when the offsets could be read (no second pass over the rows).
+    """
+    if (
+        offset.shape not in ((batch,), ())
+        or offset.is_floating_point()
+        or offset.is_complex()
+        or offset.dtype == torch.bool
+    ):
+        raise PosencError(
+            f"`offset` must be an int or an integer tensor [batch] = [{batch}], got "
+            f"{offset.dtype} of shape {tuple(offset.shape)}"
+        )
+    given = as_positions(offset, "offset")
+    if given.low is not None and given.low < 0:
+        raise PosencError(f"`offset` must be >= 0, got {_short(offset.tolist())}")
+    rows = given.values.to(device).reshape(-1, 1) + torch.arange(length, device=device)
+    if given.low is None or given.high is None:  # traced or meta: checked as any positions
+        return as_positions(rows)
+    return Positions(rows, True, given.low, given.high + length - 1)
+
+
 def encode(
     positions: Tensor,
     dim: int,
@@ -179,23 +210,7 @@ class PositionalEncoding(_Cached):
                 )
             pe = self._rows(positions.to(x.device), x.dtype)
         elif isinstance(offset, Tensor):
-            if (
-                offset.shape not in ((batch,), ())
-                or offset.is_floating_point()
-                or offset.is_complex()
-                or offset.dtype == torch.bool
-            ):
-                raise PosencError(
-                    f"`offset` must be an int or an integer tensor [batch] = [{batch}], got "
-                    f"{offset.dtype} of shape {tuple(offset.shape)}"
-                )
-            given = as_positions(offset, "offset")
-            if given.low is not None and given.low < 0:
-                raise PosencError(f"`offset` must be >= 0, got {_short(offset.tolist())}")
-            steps = torch.arange(length, device=x.device)
-            rows = given.values.to(x.device).reshape(-1, 1) + steps
-            if given.low is not None and given.high is not None:  # bounds known: no 2nd pass
-                rows = Positions(rows, True, given.low, given.high + length - 1)
+            rows = offset_positions(offset, batch, length, x.device)
             pe = self._rows(rows, x.dtype)
         else:
             start = 0 if offset is None else check_int("offset", offset)
