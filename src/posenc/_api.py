@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backends import Ops, array_namespace, is_torch, ops_for
+from ._backends import Ops, array_namespace, is_torch, is_torch_dtype, ops_for
 from ._evaluate import Direct, Evaluator, evaluator
 from ._layout import Plan, channel_plan
 from ._positions import Progression, grid_axes, grid_shape
@@ -110,7 +110,7 @@ def table(
     if compat is not None:
         if is_torch(like) and device is None:
             device = like.device
-        torch_out = device is not None or "torch" in str(type(dtype))
+        torch_out = device is not None or is_torch_dtype(dtype)
         start = int(offset_f) if offset_f.is_integer() else offset_f
         if torch_out:
             import torch

@@ -643,6 +643,49 @@ def dtype_name(dtype: Any) -> str:
         return str(getattr(dtype, "name", None) or dtype).rsplit(".", 1)[-1]
 
 
+# ---------------------------------------------------------------------------------------------
+# the originals' torch arithmetic (compat modes), for NumPy or torch positions
+
+
+def compat_torch(compat: str) -> Any:
+    """torch, which a ``compat`` mode computes with (the originals are torch code)."""
+    try:
+        import torch
+    except ImportError:
+        raise PosencError(
+            f"`compat={compat!r}` computes with torch: pip install 'posenc[torch]'"
+        ) from None
+    return torch
+
+
+def compat_dtype(torch: Any, dtype: Any, default: Any) -> Any:
+    """The torch float dtype a compat result is cast to (``default`` for None)."""
+    if dtype is None:
+        return default
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    name = dtype_name(dtype)
+    if name not in ("float16", "bfloat16", "float32", "float64"):
+        raise PosencError(f"`dtype` must be a float dtype, got {dtype!r}")
+    return getattr(torch, name)
+
+
+def compat_in(torch: Any, x: Any) -> tuple[Any, bool]:
+    """Positions as a torch tensor, and whether they came as NumPy (and go back so)."""
+    if is_torch(x):
+        return x, False
+    return torch.from_numpy(np.ascontiguousarray(x)), True
+
+
+def compat_out(torch: Any, outs: tuple[Any, ...], numpy_out: bool) -> tuple[Any, ...]:
+    """Compat results in the caller's library: NumPy for NumPy positions."""
+    if not numpy_out:
+        return outs
+    if any(o.dtype == torch.bfloat16 for o in outs):
+        raise PosencError("`dtype` bfloat16 has no NumPy form: pass torch positions")
+    return tuple(o.numpy() for o in outs)
+
+
 def _itemsize(dtype: Any) -> int:
     """Bytes of a float dtype of any library."""
     size = getattr(dtype, "itemsize", None)

@@ -17,22 +17,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ._backends import dtype_name, is_torch
+from ._backends import compat_dtype, compat_in, compat_out, compat_torch
 from ._rope import LAYOUTS, Rotary, _section_axes
 from ._scaling import longrope_attention, longrope_long, yarn_attention, yarn_factor, yarn_range
 from ._validate import PosencError, Positions, show
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise PosencError(
-            "`compat='transformers'` computes with torch: pip install 'posenc[torch]'"
-        ) from None
-    return torch
+    return compat_torch("transformers")
 
 
 def inv_freq(r: Rotary, seq_len: int | None, device: Any = None) -> tuple[Any, float]:
@@ -106,11 +98,8 @@ def rope(r: Rotary, pos: Positions, seq_len: int | None, dtype: Any) -> tuple[An
             "`compat='transformers'` has no axial rule: axial RoPE (FLUX) is diffusers', whose "
             "float64 tables are the exact ones; drop `compat`"
         )
-    x = pos.values
-    numpy_out = not is_torch(x)
-    if numpy_out:
-        x = torch.from_numpy(np.ascontiguousarray(x))
-    out_dtype = _torch_dtype(torch, dtype)
+    x, numpy_out = compat_in(torch, pos.values)
+    out_dtype = compat_dtype(torch, dtype, torch.get_default_dtype())
     freq, factor = inv_freq(r, seq_len, device=x.device)
     ids = x.float()
     if r.sections is not None:  # each frequency reads its section's axis
@@ -121,22 +110,8 @@ def rope(r: Rotary, pos: Positions, seq_len: int | None, dtype: Any) -> tuple[An
     cols = torch.tensor(LAYOUTS[r.layout](r.dim // 2), device=x.device)
     cos = (angles.cos() * factor)[..., cols].to(out_dtype)
     sin = (angles.sin() * factor)[..., cols].to(out_dtype)
-    if numpy_out:
-        if out_dtype == torch.bfloat16:
-            raise PosencError("`dtype` bfloat16 has no NumPy form: pass torch positions")
-        return cos.numpy(), sin.numpy()
+    cos, sin = compat_out(torch, (cos, sin), numpy_out)
     return cos, sin
-
-
-def _torch_dtype(torch: Any, dtype: Any) -> Any:
-    if dtype is None:
-        return torch.get_default_dtype()
-    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
-        return dtype
-    name = dtype_name(dtype)
-    if name not in ("float16", "bfloat16", "float32", "float64"):
-        raise PosencError(f"`dtype` must be a float dtype, got {dtype!r}")
-    return getattr(torch, name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,9 +16,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from ._backends import dtype_name, is_torch
+from ._backends import compat_dtype, compat_in, compat_out, compat_torch
 from ._spec import Encoding
 from ._validate import PosencError, Positions
 
@@ -93,23 +91,9 @@ def evaluate(preset: str, enc: Encoding, pos: Positions, dim: int, dtype: Any) -
             f"`compat='original'` applies to presets whose original computes in float32 "
             f"({', '.join(ORIGINALS)}), not {preset!r}: its exact table is the original's"
         )
-    try:
-        import torch
-    except ImportError:
-        raise PosencError(
-            "`compat='original'` computes with torch: pip install 'posenc[torch]'"
-        ) from None
-    x = pos.values
-    numpy_out = not is_torch(x)
-    if numpy_out:
-        x = torch.from_numpy(np.ascontiguousarray(x))
-    name = "float32" if dtype is None else dtype_name(dtype)
-    if name not in ("float16", "bfloat16", "float32", "float64"):
-        raise PosencError(f"`dtype` must be a float dtype, got {dtype!r}")
-    out = ORIGINALS[preset](torch, x.reshape(-1), dim, enc).to(getattr(torch, name))
-    out = out.reshape(*x.shape, dim)
-    if numpy_out:
-        if name == "bfloat16":
-            raise PosencError("`dtype` bfloat16 has no NumPy form: pass torch positions")
-        return out.numpy()
+    torch = compat_torch("original")
+    x, numpy_out = compat_in(torch, pos.values)
+    out_dtype = compat_dtype(torch, dtype, torch.float32)
+    out = ORIGINALS[preset](torch, x.reshape(-1), dim, enc).to(out_dtype)
+    (out,) = compat_out(torch, (out.reshape(*x.shape, dim),), numpy_out)
     return out
