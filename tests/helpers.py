@@ -6,11 +6,13 @@
   dtype (within half a unit in the last place, plus the reference's own error).
 - `within_ulps`: two paths that each round once agree within ``n`` units in the last place.
 - `BACKENDS` / `to_numpy`: NumPy, torch, JAX and array-api-strict inputs, and the way back.
+- `hf_rotary_module`: transformers' own rotary module for a config.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -138,3 +140,15 @@ def _backends() -> dict[str, Callable[[np.ndarray], Any]]:
 
 
 BACKENDS = _backends()
+
+
+def hf_rotary_module(config: Any) -> Any:
+    """transformers' own rotary module for ``config`` (its text model's for multimodal
+    families): the ``<Model>RotaryEmbedding`` class of ``config.model_type``'s module."""
+    base = config.model_type.removesuffix("_text")
+    mod = importlib.import_module(f"transformers.models.{base}.modeling_{base}")
+    names = sorted(
+        (n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n),
+        key=lambda n: ("Text" not in n, n),
+    )
+    return getattr(mod, names[0])(config)

@@ -12,19 +12,12 @@ import numpy as np
 import pytest
 
 import posenc
-from tests.helpers import raises
+from tests.helpers import hf_rotary_module, raises
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 HIDDEN = {"hidden_size": 256, "num_attention_heads": 4}  # head_dim 64
-
-
-def _module(family: str, config):
-    mod = __import__(f"transformers.models.{family}.modeling_{family}", fromlist=["x"])
-    cls = next(getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding")
-               and "Vision" not in n and n.lower().startswith(family.replace("_", "")))  # fmt: skip
-    return cls(config)
 
 
 def _longrope_lists(n, seed):
@@ -35,11 +28,10 @@ def _longrope_lists(n, seed):
 SHORT, LONG = _longrope_lists(32, 0)
 SHORT24, LONG24 = _longrope_lists(24, 1)
 
-# family, config, posenc kwargs (read off the config by hand), positions' largest value
+# config (its model_type names the family), posenc kwargs (read off the config by hand)
 CASES = {
-    "llama": ("llama", lambda: T.LlamaConfig(**HIDDEN), {"dim": 64}),
+    "llama": (lambda: T.LlamaConfig(**HIDDEN), {"dim": 64}),
     "llama3": (
-        "llama",
         lambda: T.LlamaConfig(**HIDDEN, max_position_embeddings=131072, rope_parameters={
             "rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
@@ -47,15 +39,14 @@ CASES = {
              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
              "original_max_position_embeddings": 8192}},
     ),
-    "mistral": ("mistral", lambda: T.MistralConfig(**HIDDEN, rope_theta=1e6),
+    "mistral": (lambda: T.MistralConfig(**HIDDEN, rope_theta=1e6),
                 {"dim": 64, "base": 1e6}),
-    "qwen2": ("qwen2", lambda: T.Qwen2Config(**HIDDEN, rope_theta=1e6), {"dim": 64, "base": 1e6}),
-    "gemma": ("gemma", lambda: T.GemmaConfig(hidden_size=192, num_attention_heads=2,
+    "qwen2": (lambda: T.Qwen2Config(**HIDDEN, rope_theta=1e6), {"dim": 64, "base": 1e6}),
+    "gemma": (lambda: T.GemmaConfig(hidden_size=192, num_attention_heads=2,
                                              head_dim=128), {"dim": 128}),
-    "gpt-neox-partial": ("gpt_neox", lambda: T.GPTNeoXConfig(**HIDDEN, rotary_pct=0.25),
+    "gpt-neox-partial": (lambda: T.GPTNeoXConfig(**HIDDEN, rotary_pct=0.25),
                          {"dim": 16}),
     "phi3-longrope": (
-        "phi3",
         lambda: T.Phi3Config(**HIDDEN, max_position_embeddings=131072,
                              original_max_position_embeddings=4096,
                              rope_scaling={"type": "longrope", "short_factor": SHORT,
@@ -65,7 +56,6 @@ CASES = {
              "max_position_embeddings": 131072}},
     ),
     "phi4-mini-longrope-partial": (
-        "phi3",
         lambda: T.Phi3Config(**HIDDEN, max_position_embeddings=131072, partial_rotary_factor=0.75,
                              original_max_position_embeddings=4096,
                              rope_scaling={"type": "longrope", "short_factor": SHORT24,
@@ -75,7 +65,6 @@ CASES = {
              "max_position_embeddings": 131072}},
     ),
     "deepseek-v3-yarn": (
-        "deepseek_v3",
         lambda: T.DeepseekV3Config(max_position_embeddings=163840, rope_scaling={
             "type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
@@ -84,16 +73,14 @@ CASES = {
              "mscale": 1.0, "mscale_all_dim": 1.0}},
     ),
     "gpt-oss-yarn": (
-        "gpt_oss",
         lambda: T.GptOssConfig(),
         {"dim": 64, "base": 150000.0, "layout": "compact", "scaling": {
             "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
             "truncate": False, "original_max_position_embeddings": 4096}},
     ),
-    "cohere-interleaved": ("cohere", lambda: T.CohereConfig(**HIDDEN),
+    "cohere-interleaved": (lambda: T.CohereConfig(**HIDDEN),
                            {"dim": 64, "base": 5e5, "layout": "interleaved"}),
     "dynamic": (
-        "llama",
         lambda: T.LlamaConfig(**HIDDEN, max_position_embeddings=2048,
                               rope_parameters={"rope_type": "dynamic", "factor": 4.0,
                                                "rope_theta": 10000.0}),
@@ -101,7 +88,6 @@ CASES = {
              "max_position_embeddings": 2048}},
     ),
     "linear": (
-        "llama",
         lambda: T.LlamaConfig(**HIDDEN, rope_parameters={"rope_type": "linear", "factor": 3.0,
                                                          "rope_theta": 10000.0}),
         {"dim": 64, "scaling": {"rope_type": "linear", "factor": 3.0}},
@@ -122,8 +108,8 @@ def _quiet_transformers():
 def test_bit_for_bit_with_transformers(case, length, dtype):
     """A fresh transformers module and posenc give the same bits, below, at and above the
     original length (longrope switches factors, dynamic rescales its base)."""
-    family, config, kwargs = CASES[case]
-    module = _module(family, config())
+    config, kwargs = CASES[case]
+    module = hf_rotary_module(config())
     n = LENGTHS[length]
     ids = torch.stack([torch.arange(n), torch.arange(n) + 3 * n // 4])  # two rows, one offset
     x = torch.zeros(1, dtype=getattr(torch, dtype))
@@ -137,7 +123,7 @@ def test_bit_for_bit_with_transformers(case, length, dtype):
 
 def test_exact_mode_is_closer_to_the_truth_than_transformers():
     """The point of exact mode: at 1e5 transformers' float32 cos is off by ~1e-3."""
-    module = _module("llama", T.LlamaConfig(**HIDDEN))
+    module = hf_rotary_module(T.LlamaConfig(**HIDDEN))
     ids = torch.arange(100_000, 100_512)[None]
     hf_cos, _ = module(torch.zeros(1), ids)
     cos, _ = posenc.rope(ids, 64)
@@ -178,10 +164,10 @@ def test_mrope_end_to_end(family):
 def test_dynamic_is_a_fresh_module():
     """transformers' dynamic module keeps its largest base (sticky); rope() is stateless and
     answers as a freshly built module does, which is documented."""
-    family, config, kwargs = CASES["dynamic"]
+    config, kwargs = CASES["dynamic"]
     short = torch.arange(1000)[None]
-    fresh = _module(family, config())(torch.zeros(1), short)
-    module = _module(family, config())
+    fresh = hf_rotary_module(config())(torch.zeros(1), short)
+    module = hf_rotary_module(config())
     module(torch.zeros(1), torch.arange(5000)[None])  # grows past 2048
     sticky = module(torch.zeros(1), torch.arange(3000)[None])
     got = posenc.rope(short, compat="transformers", **kwargs)
@@ -191,7 +177,7 @@ def test_dynamic_is_a_fresh_module():
 
 
 def test_numpy_positions_in_compat_mode():
-    module = _module("llama", T.LlamaConfig(**HIDDEN))
+    module = hf_rotary_module(T.LlamaConfig(**HIDDEN))
     ids = np.arange(300)[None]
     cos, _sin = posenc.rope(ids, 64, compat="transformers")
     want = module(torch.zeros(1), torch.from_numpy(ids))

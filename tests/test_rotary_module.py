@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import posenc
-from tests.helpers import raises
+from tests.helpers import hf_rotary_module, raises
 
 torch = pytest.importorskip("torch")
 from posenc.torch import RotaryEmbedding  # noqa: E402
@@ -316,18 +316,6 @@ def _quiet_transformers():
     T.logging.set_verbosity_error()
 
 
-def _hf_module(config):
-    """transformers' own rotary module for a config (its text model's, for wrappers)."""
-    mt = config.model_type
-    base = mt.removesuffix("_text")
-    mod = importlib.import_module(f"transformers.models.{base}.modeling_{base}")
-    names = sorted(
-        (n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n),
-        key=lambda n: ("Text" not in n, n),
-    )
-    return getattr(mod, names[0])(config)
-
-
 # preset -> the transformers config whose rotary module it reproduces
 PRESET_CONFIGS = {
     "llama": lambda: T.LlamaConfig(),
@@ -352,7 +340,7 @@ def test_rotary_presets_are_their_upstream_modules(name):
     exact tables are tested against mpmath in test_rope.py). DeepSeek-V3 rotates pairs
     (2i, 2i+1) but transformers' module returns halves tables: compared in halves."""
     config = PRESET_CONFIGS[name]()
-    module = _hf_module(config)
+    module = hf_rotary_module(config)
     dim = {"neox": 24}.get(name, posenc.preset(name).dim)
     ids = torch.arange(3000)[None] + 40_000
     if name in ("qwen2-vl", "qwen3-vl"):
@@ -400,7 +388,7 @@ def test_from_hf_is_every_family_module(model_type):
     """Compat: transformers' own output bit for bit (its form, shape and dtype). Exact: the
     same form, shape and dtype, holding posenc.rope's exact tables."""
     config = _family_config(model_type)
-    module = _hf_module(config)
+    module = hf_rotary_module(config)
     ids = torch.stack([torch.arange(2000), torch.arange(2000) + 60_000])
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.zeros(1, dtype=dtype)
@@ -447,7 +435,7 @@ def test_from_hf_compat_remembers_dynamic_history_as_transformers():
     config = T.LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=2048,
                            rope_parameters={"rope_type": "dynamic", "factor": 4.0,
                                             "rope_theta": 10000.0})  # fmt: skip
-    module = _hf_module(config)
+    module = hf_rotary_module(config)
     compat = RotaryEmbedding.from_hf(config, compat="transformers")
     exact = RotaryEmbedding.from_hf(config)
     x = torch.zeros(1)
@@ -512,7 +500,7 @@ def test_from_hf_compiles_and_compat_stays_transformers_when_both_are_compiled()
     counter = CompileCounter()
     compat = torch.compile(RotaryEmbedding.from_hf(config, compat="transformers"),
                            fullgraph=True, dynamic=True)  # fmt: skip
-    theirs = torch.compile(_hf_module(config), fullgraph=True, dynamic=True)
+    theirs = torch.compile(hf_rotary_module(config), fullgraph=True, dynamic=True)
     exact = RotaryEmbedding.from_hf(config)
     compiled = torch.compile(exact, fullgraph=True, dynamic=True, backend=counter)
     x = torch.zeros(1)
