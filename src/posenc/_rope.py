@@ -512,16 +512,19 @@ def _block_of(t: Any, ix: tuple[Any, ...], nlead: int) -> Any:
 def _apply_differentiable(
     torch: Any, x: Any, w: int, layout: str, work: Any, tables: tuple[Any, ...]
 ) -> Any:
-    """The same arithmetic out of place, for autograd (``out=`` records no gradient)."""
+    """The same arithmetic out of place, for autograd (``out=`` records no gradient) and
+    tracing. Each half is rounded to ``x.dtype`` before one ``cat`` (or ``stack``) joins them
+    with the pass-through channels: inductor then fuses it all into one loop as fast as a copy
+    (rounding after the join made compiled bf16 3.4x slower)."""
     ca, cb, sa, sb = tables
     a, b = _pairs(w, layout)
     x1, x2 = x[..., a].to(work), x[..., b].to(work)
-    first, second = x1 * ca - x2 * sa, x2 * cb + x1 * sb
+    first, second = (x1 * ca - x2 * sa).to(x.dtype), (x2 * cb + x1 * sb).to(x.dtype)
     if layout == "interleaved":
-        rotated = torch.stack([first, second], dim=-1).flatten(-2)
+        rotated = [torch.stack([first, second], dim=-1).flatten(-2)]
     else:
-        rotated = torch.cat([first, second], dim=-1)
-    return torch.cat([rotated.to(x.dtype), x[..., w:]], dim=-1)
+        rotated = [first, second]
+    return torch.cat([*rotated, x[..., w:]], dim=-1)
 
 
 def _apply_array(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
