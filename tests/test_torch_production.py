@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+import posenc
 from tests import reference as ref
 from tests.helpers import raises
 
@@ -323,18 +324,23 @@ def test_onnx_graph_has_no_double_and_runs_within_1e_6(tmp_path):
         assert np.abs(got[0].astype(np.float64) - want).max() < 1e-6
 
 
-def test_bfloat16_tables_fix_only_the_midpoints():
-    """torch casts float32 to bfloat16 correctly; rounding float64 to float32 first is wrong
-    only on bfloat16 midpoints, which the backend steps off. Against the float64 value
-    rounded once (NumPy float64 -> nearest bfloat16 by exact integer arithmetic), on values
-    planted exactly at, just above and just below midpoints."""
-    from posenc._backends import _bfloat16_ready
+@pytest.mark.parametrize("rounding", ["ready", "split"])
+def test_bfloat16_rounding_is_correct_at_midpoints(rounding):
+    """torch casts float64 to bfloat16 through float32, which is wrong only on bfloat16
+    midpoints. Both of the backend's roundings (stepping float32 ties off the midpoint, for
+    any values; Veltkamp's split, for a bounded basis) against the float64 value rounded once
+    (the nearer bfloat16 neighbour, ties to even), on values planted exactly at, just above
+    and just below midpoints, and on exact midpoints of float64."""
+    from posenc._backends import _bfloat16_ready, _bfloat16_split
 
     rng = np.random.default_rng(3)
     grid = torch.from_numpy(rng.uniform(-1, 1, 20_000)).to(torch.bfloat16).double()
     half = torch.from_numpy(np.spacing(grid.float().numpy()).astype(np.float64)) * 2**15
     x = torch.cat([grid + half, grid + half + 2**-40, grid + half - 2**-40, grid - half])
-    got = _bfloat16_ready(torch, x.clone()).to(torch.bfloat16).double()
+    if rounding == "ready":
+        got = _bfloat16_ready(torch, x.clone()).to(torch.bfloat16).double()
+    else:
+        got = _bfloat16_split(torch, x.clone(), torch.empty_like(x)).to(torch.bfloat16).double()
     # the reference: the two bfloat16 neighbours of x, and the nearer one (ties to even)
     lo = x.to(torch.float32).to(torch.bfloat16).double()  # some neighbour; find both
     below = torch.where(
@@ -354,3 +360,29 @@ def test_bfloat16_tables_fix_only_the_midpoints():
     assert torch.equal(got, want)
     naive = x.to(torch.float32).to(torch.bfloat16).double()
     assert not torch.equal(naive, want)  # the planted values do catch double rounding
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.7, 2.0**-50, 2.0**-130, 2.0**120, 2.0**1000])
+def test_bfloat16_tables_correctly_rounded_at_any_amplitude(factor):
+    """A RoPE table in bfloat16, scaled by an attention factor inside and outside the range
+    where the engine rounds by Veltkamp's split: every value is the float64 truth rounded
+    once (checked by its bfloat16 neighbours), never NaN."""
+    scaling = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "attention_factor": factor,
+    }
+    ids = torch.arange(0, 40_000, 7)
+    cos, sin = posenc.rope(ids, 64, scaling=scaling, dtype=torch.bfloat16)
+    cos64, sin64 = posenc.rope(ids, 64, scaling=scaling, dtype=torch.float64)
+    for got, truth in ((cos, cos64), (sin, sin64)):
+        near = got.double()
+        assert not near.isnan().any()
+        if factor > 2.0**128:  # beyond bfloat16's range: rounding overflows to infinity
+            assert torch.equal(got, truth.to(torch.bfloat16))
+            continue
+        err = (near - truth).abs()
+        toward = torch.where(truth > near, np.inf, -np.inf).to(torch.bfloat16)
+        step = (torch.nextafter(got, toward).double() - near).abs()  # on the truth's side
+        assert bool((err <= step / 2 * (1 + 2**-20)).all()), float((err / step).max())

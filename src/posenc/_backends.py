@@ -4,11 +4,12 @@ The engine asks a backend for a handful of array operations; NumPy is the refere
 only hard dependency. PyTorch is used only when the caller hands over a tensor, a torch dtype
 or a device (it is never imported otherwise), in the manner of einops.
 
-All angles are computed in float64 and rounded once, at the end, to the output dtype. For
-16-bit outputs the float64 values are first rounded to float32 *to odd* (a float32 with its
-last bit set when inexact): float32 has more than two extra bits over float16 and bfloat16,
-so the second rounding is then correct, which a plain float64 -> float32 -> 16-bit cast is
-not (double rounding).
+All angles are computed in float64 and rounded once, at the end, to the output dtype. A
+plain float64 -> float32 -> 16-bit cast rounds twice, and is then wrong where the float32
+lands on a 16-bit midpoint; so NumPy casts float64 to float16 directly, torch rounds a
+bfloat16 sine/cosine basis to 8 bits in float64 first (Veltkamp's split, three passes), and
+the other cases round to float32 *to odd* (last bit set when inexact), or step the rare
+float32 ties off the midpoint (any values in bfloat16).
 """
 
 from __future__ import annotations
@@ -205,8 +206,8 @@ class NumpyBackend(_Chunked):
     def gather_rows(self, table: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
         np.take(table, index, axis=0, out=out, mode="clip")  # "raise" would buffer a copy
 
-    def rounded(self, basis: np.ndarray) -> np.ndarray:
-        """The basis ready to be stored with one correct rounding."""
+    def rounded(self, basis: np.ndarray, bound: float | None = None) -> np.ndarray:
+        """The basis ready to be stored with one correct rounding (``bound``: see torch's)."""
         return (
             round_to_odd(basis, NUMPY_OPS)
             if self.sixteen and not _direct_half(self.dtype)
@@ -223,6 +224,19 @@ class TorchBackend(_Chunked):
         self.dtype = dtype
         self.device = device
         self.sixteen = dtype.itemsize == 2
+        self._buffers: dict[tuple[str, Any], Any] = {}
+
+    def _reused(self, slot: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A tensor of ``shape`` from the buffer ``slot``, kept from chunk to chunk: chunks
+        run one after another, and a fresh CPU temporary of a few MiB costs more in page
+        faults than the arithmetic done in it."""
+        n = int(np.prod(shape))
+        buf = self._buffers.get((slot, dtype))
+        if buf is None or buf.numel() < n:
+            buf = self._buffers[slot, dtype] = self.torch.empty(
+                n, dtype=dtype, device=self.device
+            )
+        return buf[:n].view(shape)
 
     def run(self, work: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
         """Run ``work`` on every row range, in order (torch ops use its own threads)."""
@@ -250,7 +264,7 @@ class TorchBackend(_Chunked):
 
     def temp(self, rows: int, width: int, *, exact: bool = False) -> Any:
         dtype = self.torch.float64 if exact else self.basis_dtype
-        return self.torch.empty((rows, width), dtype=dtype, device=self.device)
+        return self._reused("basis", (rows, width), dtype)
 
     def scatter_pairs(self, into: Any, pairs: Any, sin: int, cos: int, step: int) -> None:
         first = min(sin, cos)
@@ -305,21 +319,50 @@ class TorchBackend(_Chunked):
         t = self.torch
         t.index_select(table, 0, t.as_tensor(index, device=table.device), out=out)
 
-    def rounded(self, basis: Any) -> Any:
-        """The basis ready to be stored with one correct rounding."""
+    def rounded(self, basis: Any, bound: float | None = None) -> Any:
+        """The basis ready to be stored with one correct rounding. ``bound``: the largest
+        magnitude a nonzero sine or cosine of the basis can have (its amplitude), when known;
+        a bfloat16 basis so bounded is rounded in place."""
         if not self.sixteen:
             return basis
         if self.dtype == self.torch.bfloat16:
+            if bound is not None and VELTKAMP_SAFE[0] <= bound <= VELTKAMP_SAFE[1]:
+                return _bfloat16_split(
+                    self.torch, basis, self._reused("split", basis.shape, basis.dtype)
+                )
             return _bfloat16_ready(self.torch, basis)
         return round_to_odd(basis, TorchOps())
+
+
+VELTKAMP_SAFE = (2.0**-40, 2.0**900)
+"""Amplitudes for which Veltkamp's split rounds a sine/cosine basis correctly: its nonzero
+values then lie between 2^-120 (bfloat16 is normal from 2^-126) and 2^900 (times 2^45 stays
+finite). A float64 sine or cosine of a float64 angle below 2^27 rad is 0 or above 2^-80 (no
+such angle is nearer a multiple of pi/2), and the engine's phasor products cancel no
+further, since each of their terms is itself such a sine or cosine. Positions kept as
+channels, and other amplitudes, take the general path (both limits tested)."""
+
+
+def _bfloat16_split(torch: Any, x64: Any, c: Any) -> Any:
+    """``x64`` rounded once to 8 significant bits (bfloat16's precision), in place, by
+    Veltkamp's split: ``c = x (2^45 + 1)``, ``hi = c - (c - x)`` is the nearest such number,
+    ties to even (checked exhaustively over the 9-bit midpoints), so the cast to bfloat16
+    that stores it is exact. Three float64 passes and no host read. Valid for normal
+    bfloat16 results whose product with 2^45 does not overflow (see VELTKAMP_SAFE). ``c``:
+    scratch of ``x64``'s shape (a fresh temporary costs more than the arithmetic; forming
+    ``hi`` straight into the bfloat16 output was slower still: mixed-dtype kernels are not
+    vectorised on the CPU)."""
+    torch.mul(x64, 2.0**45 + 1, out=c)
+    torch.sub(c, x64, out=x64)
+    return torch.sub(c, x64, out=x64)
 
 
 def _bfloat16_ready(torch: Any, x64: Any) -> Any:
     """float64 -> float32 that torch's float32 -> bfloat16 cast rounds correctly: rounding to
     float32 first is wrong only where it lands exactly on a bfloat16 midpoint (low 16 bits
     0x8000) from an inexact value, about one value in 65536; those few are stepped one
-    float32 ulp toward the exact value, off the midpoint, on its side. Five passes where a
-    round to odd takes about twelve."""
+    float32 ulp toward the exact value, off the midpoint, on its side. For any values
+    (positions kept as channels, extreme amplitudes); a bounded basis is split instead."""
     f = x64.float()
     tie = (f.view(torch.int32) & 0xFFFF) == 0x8000
     if bool(tie.any()):
