@@ -233,9 +233,7 @@ class TorchBackend(_Chunked):
         n = int(np.prod(shape))
         buf = self._buffers.get((slot, dtype))
         if buf is None or buf.numel() < n:
-            buf = self._buffers[slot, dtype] = self.torch.empty(
-                n, dtype=dtype, device=self.device
-            )
+            buf = self._buffers[slot, dtype] = self.torch.empty(n, dtype=dtype, device=self.device)
         return buf[:n].view(shape)
 
     def run(self, work: Callable[[int, int], None], ranges: list[tuple[int, int]]) -> None:
