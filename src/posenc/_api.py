@@ -46,7 +46,14 @@ def presets(kind: str | None = None) -> list[str]:
 def preset(name: str) -> Preset | RotaryPreset:
     """The preset record: ``origin``, ``summary`` and ``quirks``, with ``options`` (a
     sinusoidal :class:`Preset`) or the :func:`rope` keywords ``rotary`` (a
-    :class:`RotaryPreset`)."""
+    :class:`RotaryPreset`).
+
+    Example:
+        >>> posenc.preset("whisper").summary
+        '[sin | cos] halves, tensor2tensor spacing'
+        >>> posenc.preset("llama").rotary["base"]
+        10000.0
+    """
     if isinstance(name, str) and name in ROTARY_PRESETS:
         return ROTARY_PRESETS[name]
     return get_preset(name)
@@ -366,6 +373,12 @@ def detr(
     Returns:
         ``[B, dim, H, W]``: channels ``[y block | x block]``, each interleaved sin/cos pairs
         at frequencies ``temperature ** (-2m / num_pos_feats)``.
+
+    Example:
+        >>> mask = np.zeros((2, 20, 30), dtype=bool)
+        >>> mask[1, :, 24:] = True                    # image 1 is padded on the right
+        >>> posenc.detr(mask, 256, normalize=True).shape
+        (2, 256, 20, 30)
     """
     opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
     if scale is not None:

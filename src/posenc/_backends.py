@@ -45,7 +45,13 @@ _pool_lock = threading.Lock()
 def set_num_threads(n: int) -> None:
     """Threads the NumPy path uses for large tables (default ``POSENC_NUM_THREADS`` or 1).
     The PyTorch path follows ``torch.set_num_threads``. Safe while other threads compute:
-    their work already handed to the old pool finishes there."""
+    their work already handed to the old pool finishes there.
+
+    Example:
+        >>> before = posenc.get_num_threads()
+        >>> posenc.set_num_threads(2)
+        >>> pe = posenc.table(65536, 1024)       # rows computed by two threads, same bits
+        >>> posenc.set_num_threads(before)"""
     global _threads, _pool
     n = check_int("n", n, minimum=1, maximum=1024)
     with _pool_lock:
@@ -56,7 +62,12 @@ def set_num_threads(n: int) -> None:
 
 
 def get_num_threads() -> int:
-    """Threads the NumPy path uses."""
+    """Threads the NumPy path uses (see :func:`set_num_threads`).
+
+    Example:
+        >>> posenc.get_num_threads() >= 1
+        True
+    """
     return _threads
 
 

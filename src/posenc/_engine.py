@@ -453,7 +453,12 @@ from the same range is then a gather. Tables are never handed out (the gather co
 def set_table_cache(max_bytes: int) -> None:
     """Bytes that :func:`posenc.encode` may keep in tables of recent id spans (default 64 MiB;
     0 keeps none). With ids drawn from one range call after call, every call after the first
-    gathers rows of the kept table instead of computing them; the bits are the same."""
+    gathers rows of the kept table instead of computing them; the bits are the same.
+
+    Example:
+        >>> posenc.set_table_cache(256 << 20)    # keep up to 256 MiB (long contexts)
+        >>> pe = posenc.encode(np.random.randint(0, 32768, (8, 2048)), 1024)
+        >>> posenc.set_table_cache(64 << 20)     # back to the default"""
     TABLES.resize(check_int("max_bytes", max_bytes, minimum=0))
 
 

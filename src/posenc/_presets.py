@@ -41,6 +41,13 @@ class Preset:
         encoding: the :class:`Encoding` it stands for, before options.
         options: keyword options, by the original's names.
         quirks: behaviour of the original that is reproduced on purpose.
+
+    Example:
+        >>> p = posenc.preset("fairseq")
+        >>> p.origin
+        'fairseq modules.SinusoidalPositionalEmbedding.get_embedding'
+        >>> sorted(p.options)
+        ['padding_idx']
     """
 
     name: str
@@ -375,6 +382,12 @@ class RotaryPreset:
             ``interleave_sections``, ``axes_dim``); keywords given with the preset replace
             these.
         quirks: what to know when porting a checkpoint.
+
+    Example:
+        >>> p = posenc.preset("llama3")
+        >>> p.rotary["base"], p.rotary["scaling"]["rope_type"]
+        (500000.0, 'llama3')
+        >>> cos, sin = posenc.rope(np.arange(16), 128, preset="llama3")
     """
 
     name: str

@@ -346,8 +346,8 @@ def softmax_scale(config: Any, head_dim: int | None = None) -> float:
     Example:
         >>> posenc.softmax_scale({"rope_type": "yarn", "factor": 40,
         ...     "original_max_position_embeddings": 4096, "mscale": 1.0,
-        ...     "mscale_all_dim": 1.0}, head_dim=192)  # doctest: +ELLIPSIS
-        0.1347...
+        ...     "mscale_all_dim": 1.0}, head_dim=192)  # 192**-0.5 * (0.1 ln 40 + 1)**2
+        0.13523377886...
     """
     params: Any
     if isinstance(config, Mapping):

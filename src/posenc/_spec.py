@@ -74,6 +74,11 @@ class Encoding:
         normalize: grids: positions are divided by ``last + 1e-6`` (DETR).
         extra_tokens: grids: this many all-zero rows come first (class/register tokens).
         tokens: grids: flattening order of the grid cells.
+
+    Example:
+        >>> enc = posenc.preset("whisper").encoding     # every preset stands for one
+        >>> enc.layout, enc.shift, enc.base
+        ('halves', 1.0, 10000.0)
     """
 
     ndim: int | None = 1

@@ -29,7 +29,17 @@ import numpy as np
 
 
 class PosencError(ValueError):
-    """A bad argument: the message names the argument, the rule and the value received."""
+    """A bad argument: the message names the argument, the rule and the value received.
+
+    A subclass of ``ValueError``, raised before any work is done.
+
+    Example:
+        >>> try:
+        ...     posenc.table(100, 7, preset="whisper")
+        ... except posenc.PosencError as e:
+        ...     print(e)
+        `dim` must be a positive multiple of 2 for preset 'whisper' (...), got 7
+    """
 
 
 MAX_DIM = 1 << 20

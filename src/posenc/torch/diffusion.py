@@ -25,6 +25,13 @@ class Timesteps(_Module):
     Shapes:
         - timesteps: ``[n]`` (any shape ``[*]``), integer or real.
         - output: ``[*, dim]`` in the module's dtype (float32 unless moved).
+
+    Example:
+        >>> emb = Timesteps(320, flip_sin_to_cos=True, downscale_freq_shift=0)  # SD's UNet
+        >>> emb(torch.tensor([0, 250, 999])).shape
+        torch.Size([3, 320])
+        >>> emb(torch.tensor([0.5, 999.25])).shape                              # real t
+        torch.Size([2, 320])
     """
 
     def __init__(
@@ -49,6 +56,7 @@ class Timesteps(_Module):
         self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.label, None))
 
     def forward(self, timesteps: Tensor) -> Tensor:
+        """The embedding of ``timesteps`` (``[*]``, integer or real): ``[*, dim]``."""
         pos = as_positions(timesteps, "timesteps")
         return _api.evaluate_points(
             self._plan, pos, coords=False, dtype=self._dtype, padding_idx=None

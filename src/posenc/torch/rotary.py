@@ -427,6 +427,9 @@ class HFRotaryEmbedding(_Tracked):
         self.max_seq_len_cached = hf.max_position_embeddings  # transformers' dynamic memory
 
     def forward(self, x: Tensor, position_ids: Tensor) -> Any:
+        """What the family's own rotary module returns for ``position_ids`` (``[b, s]``, or
+        ``[3, b, s]`` for multimodal sections): ``(cos, sin)`` in ``x``'s dtype (float32
+        for OLMo) and the family's form, or one complex tensor (Llama 4, DeepSeek-V2)."""
         r = self.rotary
         pos = as_positions(position_ids, "position_ids")
         if pos.values.ndim == 2:

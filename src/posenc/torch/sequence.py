@@ -110,6 +110,11 @@ def encode(
 ) -> Tensor:
     """:func:`posenc.encode` for torch positions, in torch's default dtype unless given;
     traceable by ``torch.compile`` and export. ``[*s]`` (1D presets) -> ``[*s, dim]``.
+
+    Example:
+        >>> ids = torch.arange(10).reshape(2, 5)
+        >>> posenc.torch.encode(ids, 64).shape
+        torch.Size([2, 5, 64])
     """
     return _api.encode(
         positions, dim, preset=preset, dtype=dtype or torch.get_default_dtype(), **options
@@ -142,7 +147,10 @@ class PositionalEncoding(_Cached):
     Example:
         >>> pe = PositionalEncoding(512, dropout=0.1, input_scale=math.sqrt(512))
         >>> y = pe(torch.randn(8, 100, 512))                 # positions 0 … 99
-        >>> y = pe(torch.randn(8, 1, 512), offset=cache_len) # one decoding step
+        >>> y.shape
+        torch.Size([8, 100, 512])
+        >>> y = pe(torch.randn(8, 1, 512), offset=100)       # one decoding step: position 100
+        >>> y = pe(torch.randn(2, 1, 512), offset=torch.tensor([100, 37]))  # per-sequence
     """
 
     def __init__(
@@ -175,6 +183,21 @@ class PositionalEncoding(_Cached):
         offset: int | Tensor | None = None,
         cu_seqlens: Tensor | None = None,
     ) -> Tensor:
+        """``dropout(x * input_scale + PE)``, ``PE`` in ``x``'s dtype, exact to it.
+
+        Args:
+            x: ``[b, s, d]`` with ``batch_first=True`` (the default, unlike
+                ``nn.TransformerEncoder``'s ``[s, b, d]``: pass ``batch_first=False`` there);
+                packed ``[t, d]`` or ``[1, t, d]`` with ``cu_seqlens``.
+            positions: ``[b, s]`` or ``[s]`` explicit positions, integer or real (default
+                ``offset + 0, 1, …``).
+            offset: int, or ``[b]`` tensor: the KV-cache length of each sequence.
+            cu_seqlens: ``[n + 1]`` boundaries of packed documents (flash-attn's), each
+                restarting at position 0.
+
+        Returns:
+            A tensor shaped like ``x``.
+        """
         pe = self.encoding(x, positions, offset=offset, cu_seqlens=cu_seqlens)
         if self.input_scale != 1.0:
             x = x * self.input_scale
@@ -258,8 +281,12 @@ class SinusoidalEmbedding(_Cached):
 
     Example:
         >>> emb = SinusoidalEmbedding(512, preset="fairseq", padding_idx=1, from_tokens=True)
-        >>> emb(tokens)              # [b, s, 512], pads are zero rows
-        >>> emb(tokens, step=7)      # incremental decoding: position padding_idx + 8
+        >>> tokens = torch.tensor([[5, 6, 7, 1], [8, 9, 1, 1]])  # 1 = padding
+        >>> out = emb(tokens)        # [b, s, 512], pads are zero rows
+        >>> out.shape, bool(out[1, 2:].eq(0).all())
+        (torch.Size([2, 4, 512]), True)
+        >>> emb(tokens, step=7).shape  # incremental decoding: position padding_idx + 8
+        torch.Size([2, 1, 512])
     """
 
     def __init__(
@@ -280,6 +307,17 @@ class SinusoidalEmbedding(_Cached):
             raise PosencError("`from_tokens=True` needs `padding_idx` (fairseq's positions)")
 
     def forward(self, input: Tensor, *, step: int | None = None) -> Tensor:
+        """Rows of the table for ``input``.
+
+        Args:
+            input: integer position ids ``[*]``; with ``from_tokens``, token ids ``[b, s]``
+                whose positions are counted past ``padding_idx``, skipping pads (fairseq).
+            step: with ``from_tokens``: incremental decoding, one position
+                ``padding_idx + step + 1`` for every sequence.
+
+        Returns:
+            ``[*, dim]`` (``[b, 1, dim]`` with ``step``), pads all zero.
+        """
         if input.is_floating_point() or input.is_complex() or input.dtype == torch.bool:
             raise PosencError(f"`input` must hold integer ids, got {input.dtype}")
         if input.dtype != torch.int64:

@@ -39,7 +39,9 @@ class GridEncoding(_Module):
 
     Example:
         >>> enc = GridEncoding(768, preset="mae", cls_token=True)
-        >>> tokens = enc(tokens, (14, 14))                  # [b, 197, 768]
+        >>> tokens = torch.randn(2, 197, 768)               # class token + 14 x 14 patches
+        >>> enc(tokens, (14, 14)).shape
+        torch.Size([2, 197, 768])
     """
 
     def __init__(
@@ -115,6 +117,15 @@ class GridEncoding(_Module):
         return torch.cat((zeros, body), dim=0)
 
     def forward(self, x: Tensor, grid: tuple[int, ...]) -> Tensor:
+        """``x`` plus the grid's encoding.
+
+        Args:
+            x: ``[b, extra + prod(grid), dim]`` tokens (class/register tokens first).
+            grid: the patch grid, e.g. ``(14, 14)``; any size, no interpolation needed.
+
+        Returns:
+            A tensor shaped like ``x``.
+        """
         if x.ndim != 3 or x.shape[-1] != self.width:
             raise PosencError(f"`x` must be [batch, tokens, {self.width}], got {tuple(x.shape)}")
         want = self.extra + math.prod(grid)
@@ -149,8 +160,13 @@ class DetrSineEncoding(_Module):
 
     Example:
         >>> pos = DetrSineEncoding(128, normalize=True)
-        >>> pos(mask)                          # DETR: True = padding
-        >>> pos(pixel_mask=inputs.pixel_mask)  # transformers: 1 = pixel
+        >>> mask = torch.zeros(2, 20, 30, dtype=torch.bool)
+        >>> mask[1, :, 24:] = True                      # DETR: True = padding
+        >>> pos(mask).shape
+        torch.Size([2, 256, 20, 30])
+        >>> pixel_mask = (~mask).long()                 # transformers: 1 = pixel
+        >>> torch.equal(pos(pixel_mask=pixel_mask), pos(mask))
+        True
     """
 
     def __init__(
@@ -171,6 +187,16 @@ class DetrSineEncoding(_Module):
         self._plan = _traceable(channel_plan(self.enc, 2 * self.num_pos_feats, 2, self.label, None))
 
     def forward(self, mask: Tensor | None = None, *, pixel_mask: Tensor | None = None) -> Tensor:
+        """The position encoding of a padded batch of images.
+
+        Args:
+            mask: ``[b, H, W]`` booleans, True where padding (DETR's convention).
+            pixel_mask: instead of ``mask``, ``[b, H, W]`` with 1 where a pixel is (the
+                Hugging Face convention).
+
+        Returns:
+            ``[b, dim, H, W]``.
+        """
         if (mask is None) == (pixel_mask is None):
             raise PosencError(
                 "give `mask` (True = padding, DETR) or `pixel_mask` (1 = pixel, Hugging Face), "
