@@ -1,4 +1,5 @@
-"""Every example in a public docstring runs, and prints what it says (doctest).
+"""Every example in a public docstring runs, and prints what it says (doctest); every Python
+block of the site's tutorial pages runs too.
 
 The examples are what a user copies first, and what the API reference shows; this keeps them
 from rotting. Each module's examples see the names a user would have imported: ``posenc``,
@@ -74,3 +75,21 @@ def test_every_public_name_has_an_example():
         if issubclass(m, torch.nn.Module) and m.forward.__doc__ in (None, generic)
     ]
     assert not undocumented, f"forward without its own docstring: {undocumented}"
+
+
+PAGES = ["index.md", "presets.md", "torch.md"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_site_page_code_runs(page):
+    """Each ```python block of a tutorial page runs as written, in a fresh namespace (the
+    blocks assert what they claim)."""
+    pytest.importorskip("torch")
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parent.parent / "docs" / page).read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, f"no python block in docs/{page}"
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/{page} block {i + 1}", "exec"), {"__name__": "__doc__"})

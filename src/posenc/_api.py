@@ -34,7 +34,7 @@ def presets(kind: str | None = None) -> list[str]:
     (``"sinusoidal"`` or ``"rotary"``) lists one family. ``posenc.preset(name)`` tells each
     one's origin and settings.
 
-    Example:
+    Examples:
         >>> "whisper" in posenc.presets(), "llama3" in posenc.presets("rotary")
         (True, True)
     """
@@ -48,7 +48,7 @@ def preset(name: str) -> Preset | RotaryPreset:
     sinusoidal :class:`Preset`) or the :func:`rope` keywords ``rotary`` (a
     :class:`RotaryPreset`).
 
-    Example:
+    Examples:
         >>> posenc.preset("whisper").summary
         '[sin | cos] halves, tensor2tensor spacing'
         >>> posenc.preset("llama").rotary["base"]
@@ -104,7 +104,7 @@ def table(
         ``[length, dim]`` array (``[length, stop - start]`` with ``channels``); every value is
         the exact encoding rounded once to ``dtype``.
 
-    Example:
+    Examples:
         >>> pe = posenc.table(2048, 512)                              # the paper's
         >>> pe = posenc.table(1500, 384, preset="whisper")
         >>> pe = posenc.table(64, 17, preset="fairseq", padding_idx=1)  # row 1 all zero
@@ -202,7 +202,7 @@ def encode(
     table of that range, which is kept for the next call: up to 64 MiB of such tables in all,
     on the ids' device (``posenc.set_table_cache``). The numbers are the same either way.
 
-    Example:
+    Examples:
         >>> t = torch.tensor([0.0, 250.5, 999.0])
         >>> posenc.encode(t, 320, preset="timestep", flip_sin_to_cos=True).shape
         torch.Size([3, 320])
@@ -308,14 +308,17 @@ def grid(
         dim: number of channels.
         preset: a grid convention: ``mae``, ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``,
             ``hf-2d``, ``detr``, or an N-D one (``t2t-nd``, ``tatp22``, ``nerf``).
-        dtype, device, channels, like: as in :func:`table`.
+        dtype: as in :func:`table`.
+        device: as in :func:`table`.
+        channels: as in :func:`table`.
+        like: as in :func:`table`.
         **options: the preset's options (``cls_token``, ``interpolation_scale``, …).
 
     Returns:
         ``[extra + prod(shape), dim]`` where ``extra`` is the number of leading zero rows for
         class/register tokens.
 
-    Example:
+    Examples:
         >>> posenc.grid((14, 14), 768, preset="mae", cls_token=True).shape
         (197, 768)
     """
@@ -374,7 +377,7 @@ def detr(
         ``[B, dim, H, W]``: channels ``[y block | x block]``, each interleaved sin/cos pairs
         at frequencies ``temperature ** (-2m / num_pos_feats)``.
 
-    Example:
+    Examples:
         >>> mask = np.zeros((2, 20, 30), dtype=bool)
         >>> mask[1, :, 24:] = True                    # image 1 is padded on the right
         >>> posenc.detr(mask, 256, normalize=True).shape

@@ -47,7 +47,7 @@ def set_num_threads(n: int) -> None:
     The PyTorch path follows ``torch.set_num_threads``. Safe while other threads compute:
     their work already handed to the old pool finishes there.
 
-    Example:
+    Examples:
         >>> before = posenc.get_num_threads()
         >>> posenc.set_num_threads(2)
         >>> pe = posenc.table(65536, 1024)       # rows computed by two threads, same bits
@@ -64,7 +64,7 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """Threads the NumPy path uses (see :func:`set_num_threads`).
 
-    Example:
+    Examples:
         >>> posenc.get_num_threads() >= 1
         True
     """

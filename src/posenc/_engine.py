@@ -455,7 +455,7 @@ def set_table_cache(max_bytes: int) -> None:
     0 keeps none). With ids drawn from one range call after call, every call after the first
     gathers rows of the kept table instead of computing them; the bits are the same.
 
-    Example:
+    Examples:
         >>> posenc.set_table_cache(256 << 20)    # keep up to 256 MiB (long contexts)
         >>> pe = posenc.encode(np.random.randint(0, 32768, (8, 2048)), 1024)
         >>> posenc.set_table_cache(64 << 20)     # back to the default"""

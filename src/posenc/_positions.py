@@ -120,7 +120,7 @@ def fairseq_positions(tokens: Any, padding_idx: int) -> Any:
     Pad tokens get ``padding_idx`` (which the ``fairseq`` preset maps to an all-zero row);
     counting restarts on every row of a ``[batch, seq]`` input.
 
-    Example:
+    Examples:
         >>> fairseq_positions([[5, 6, 7, 1, 1]], padding_idx=1).tolist()
         [[2, 3, 4, 1, 1]]
     """

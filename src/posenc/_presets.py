@@ -42,7 +42,7 @@ class Preset:
         options: keyword options, by the original's names.
         quirks: behaviour of the original that is reproduced on purpose.
 
-    Example:
+    Examples:
         >>> p = posenc.preset("fairseq")
         >>> p.origin
         'fairseq modules.SinusoidalPositionalEmbedding.get_embedding'
@@ -383,7 +383,7 @@ class RotaryPreset:
             these.
         quirks: what to know when porting a checkpoint.
 
-    Example:
+    Examples:
         >>> p = posenc.preset("llama3")
         >>> p.rotary["base"], p.rotary["scaling"]["rope_type"]
         (500000.0, 'llama3')

@@ -290,7 +290,7 @@ def rope(
         ``(cos, sin)``, each ``[*s, d]`` (``[*s, d/2]`` compact), in the library and on the
         device of ``positions``. Exact: both views of one ``[*s, 2 d]`` array.
 
-    Example:
+    Examples:
         >>> cos, sin = posenc.rope(np.arange(4096), 128, base=500000.0,
         ...     scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
         ...              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
@@ -375,8 +375,9 @@ def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
         x: ``[..., seq, d]`` queries or keys (torch, NumPy or JAX), ``d`` at least the
             table's width; channels past it pass through (partial rotary: GPT-NeoX
             ``rotary_pct``, Phi).
-        cos, sin: tables of the same shape, broadcasting against ``x`` by the usual rules
-            (insert the head axis yourself, as transformers' ``unsqueeze_dim`` does).
+        cos: a table broadcasting against ``x`` by the usual rules (insert the head axis
+            yourself, as transformers' ``unsqueeze_dim`` does).
+        sin: the table of sines, shaped as ``cos``.
         layout: the tables' layout: ``"halves"`` pairs channel ``i`` with ``i + w/2``
             (``x * cos + rotate_half(x) * sin``), ``"interleaved"`` pairs ``2i`` with
             ``2i + 1`` (Meta's complex product), ``"compact"`` tables of ``w/2`` columns
@@ -386,7 +387,7 @@ def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
         The rotated ``x``, same shape and dtype. The arithmetic is float32 (float64 for
         float64 ``x``), rounded once to ``x``'s dtype.
 
-    Example:
+    Examples:
         >>> cos, sin = posenc.rope(torch.arange(16), 64)
         >>> q = torch.randn(2, 8, 16, 128)                    # [batch, heads, seq, head_dim]
         >>> posenc.apply_rope(q, cos, sin).shape              # the first 64 channels rotate

@@ -343,7 +343,7 @@ def softmax_scale(config: Any, head_dim: int | None = None) -> float:
             dict together with ``head_dim``.
         head_dim: the query/key width, when ``config`` is a dict.
 
-    Example:
+    Examples:
         >>> posenc.softmax_scale({"rope_type": "yarn", "factor": 40,
         ...     "original_max_position_embeddings": 4096, "mscale": 1.0,
         ...     "mscale_all_dim": 1.0}, head_dim=192)  # 192**-0.5 * (0.1 ln 40 + 1)**2

@@ -66,7 +66,8 @@ def context_parallel_positions(
 
     Args:
         seq_len: global sequence length (``None`` with ``cu_seqlens``).
-        rank, world_size: this rank and the context-parallel group size.
+        rank: this rank in the context-parallel group.
+        world_size: the context-parallel group size.
         layout: ``"contiguous"`` or ``"zigzag"``.
         cu_seqlens: packed sequences, ``[n + 1]`` cumulative lengths: positions restart at 0
             in every sequence. ``contiguous`` splits the packed tokens; ``zigzag`` splits
@@ -78,7 +79,7 @@ def context_parallel_positions(
         int64 positions of this rank's tokens, in its local token order (NumPy, or torch
         when ``cu_seqlens`` is a tensor).
 
-    Example:
+    Examples:
         >>> context_parallel_positions(8, 0, 2, layout="zigzag").tolist()
         [0, 1, 6, 7]
     """
@@ -132,7 +133,7 @@ def context_parallel_positions(
 def tensor_parallel_channels(dim: int, rank: int, world_size: int) -> slice:
     """The channel range rank ``rank`` holds when ``dim`` is split ``world_size`` ways.
 
-    Example:
+    Examples:
         >>> tensor_parallel_channels(1024, 1, 4)
         slice(256, 512, None)
     """

@@ -75,7 +75,7 @@ class Encoding:
         extra_tokens: grids: this many all-zero rows come first (class/register tokens).
         tokens: grids: flattening order of the grid cells.
 
-    Example:
+    Examples:
         >>> enc = posenc.preset("whisper").encoding     # every preset stands for one
         >>> enc.layout, enc.shift, enc.base
         ('halves', 1.0, 10000.0)

@@ -33,7 +33,7 @@ class PosencError(ValueError):
 
     A subclass of ``ValueError``, raised before any work is done.
 
-    Example:
+    Examples:
         >>> try:
         ...     posenc.table(100, 7, preset="whisper")
         ... except posenc.PosencError as e:

@@ -26,7 +26,7 @@ class Timesteps(_Module):
         - timesteps: ``[n]`` (any shape ``[*]``), integer or real.
         - output: ``[*, dim]`` in the module's dtype (float32 unless moved).
 
-    Example:
+    Examples:
         >>> emb = Timesteps(320, flip_sin_to_cos=True, downscale_freq_shift=0)  # SD's UNet
         >>> emb(torch.tensor([0, 250, 999])).shape
         torch.Size([3, 320])

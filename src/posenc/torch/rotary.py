@@ -50,7 +50,11 @@ class RotaryEmbedding(_Tracked):
         dim: the rotary width (even; at most the head dimension).
         preset: a model family's keywords (``posenc.presets("rotary")``); keywords given
             beside it replace the preset's.
-        base, scaling, sections, interleave_sections, axes_dim: as in :func:`posenc.rope`.
+        base: as in :func:`posenc.rope`.
+        scaling: as in :func:`posenc.rope`.
+        sections: as in :func:`posenc.rope`.
+        interleave_sections: as in :func:`posenc.rope`.
+        axes_dim: as in :func:`posenc.rope`.
         layout: how channels pair: ``"halves"`` (``i`` with ``i + dim/2``: HF ``rotate_half``,
             GPT-NeoX; ``"compact"`` is the same pairing) or ``"interleaved"`` (``2i`` with
             ``2i + 1``: Meta, GPT-J, Cohere, FLUX).
@@ -72,7 +76,7 @@ class RotaryEmbedding(_Tracked):
         - cu_seqlens: ``[n + 1]`` cumulative lengths of packed documents (positions restart).
         - output: ``(q, k)`` rotated, same shapes and dtypes.
 
-    Example:
+    Examples:
         >>> rope = RotaryEmbedding(128, preset="llama3")
         >>> q, k = torch.randn(1, 32, 16, 128), torch.randn(1, 8, 16, 128)
         >>> q, k = rope(q, k)                                  # positions 0 … 15
@@ -139,7 +143,7 @@ class RotaryEmbedding(_Tracked):
         Returns:
             :class:`HFRotaryEmbedding`: ``forward(x, position_ids)`` as the family's module.
 
-        Example:
+        Examples:
             >>> config = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4)
             >>> rotary = RotaryEmbedding.from_hf(config)
             >>> cos, sin = rotary(torch.zeros(1, dtype=torch.bfloat16), torch.arange(8)[None])

@@ -36,7 +36,7 @@ def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
     Returns:
         ``[t]`` int64 positions.
 
-    Example:
+    Examples:
         >>> packed_positions(torch.tensor([0, 3, 5])).tolist()
         [0, 1, 2, 0, 1]
     """
@@ -111,7 +111,7 @@ def encode(
     """:func:`posenc.encode` for torch positions, in torch's default dtype unless given;
     traceable by ``torch.compile`` and export. ``[*s]`` (1D presets) -> ``[*s, dim]``.
 
-    Example:
+    Examples:
         >>> ids = torch.arange(10).reshape(2, 5)
         >>> posenc.torch.encode(ids, 64).shape
         torch.Size([2, 5, 64])
@@ -135,7 +135,8 @@ class PositionalEncoding(_Cached):
         cached_length: rows kept ready for the plain case; longer inputs are computed.
         channels: ``slice(start, stop)``: produce only these channels of the ``dim``-wide
             encoding (tensor parallelism); ``x`` then has ``stop - start`` channels.
-        device, dtype: of the cache (it follows ``.to()``).
+        device: of the cache (it follows ``.to()``).
+        dtype: of the cache (it follows ``.to()``).
         **options: the preset's options.
 
     Shapes:
@@ -144,7 +145,7 @@ class PositionalEncoding(_Cached):
         - offset: int, or ``[b]`` tensor (KV-cache lengths).
         - output: as ``x``.
 
-    Example:
+    Examples:
         >>> pe = PositionalEncoding(512, dropout=0.1, input_scale=math.sqrt(512))
         >>> y = pe(torch.randn(8, 100, 512))                 # positions 0 … 99
         >>> y.shape
@@ -271,15 +272,18 @@ class SinusoidalEmbedding(_Cached):
         preset: any 1D preset; ``fairseq`` with ``padding_idx`` for fairseq's embedding.
         from_tokens: the input is token ids; positions are fairseq's ``padding_idx + 1, …``
             over non-pad tokens, pad tokens get the zero row (needs ``padding_idx``).
-        cached_length, channels, device, dtype: as in :class:`PositionalEncoding`; the output dtype
-            follows the module's (``.to(torch.bfloat16)`` gives bf16 rows, exact).
+        cached_length: as in :class:`PositionalEncoding`.
+        channels: as in :class:`PositionalEncoding`.
+        device: as in :class:`PositionalEncoding`.
+        dtype: as in :class:`PositionalEncoding`; the output dtype follows the module's
+            (``.to(torch.bfloat16)`` gives bf16 rows, exact).
         **options: the preset's options (``padding_idx`` for ``fairseq``).
 
     Shapes:
         - input: ``[*]`` integer ids (``[b, s]`` tokens with ``from_tokens``).
         - output: ``[*, d]``; with ``from_tokens`` and ``step``, ``[b, 1, d]``.
 
-    Example:
+    Examples:
         >>> emb = SinusoidalEmbedding(512, preset="fairseq", padding_idx=1, from_tokens=True)
         >>> tokens = torch.tensor([[5, 6, 7, 1], [8, 9, 1, 1]])  # 1 = padding
         >>> out = emb(tokens)        # [b, s, 512], pads are zero rows

@@ -24,7 +24,8 @@ class GridEncoding(_Module):
         preset: ``mae`` (default), ``diffusers-2d``, ``diffusers-3d``, ``timm-2d``, ``hf-2d``,
             ``detr``, or an N-D one (``t2t-nd``, ``tatp22``).
         channels: ``slice(start, stop)``: only these channels (tensor parallelism).
-        device, dtype: the default device and dtype of the output (they follow ``.to()``).
+        device: the default device of the output (it follows ``.to()``).
+        dtype: the default dtype of the output (it follows ``.to()``).
         num_prefix_tokens: leading all-zero rows for class and register tokens (timm's name),
             whatever the preset's own option says.
         pos_embed_max_size: encode every grid as the centred crop of this larger square grid
@@ -37,7 +38,7 @@ class GridEncoding(_Module):
         - x: ``[b, extra + prod(grid), d]``; grid: ``(H, W)`` or ``(T, H, W)``.
         - output: as ``x``.
 
-    Example:
+    Examples:
         >>> enc = GridEncoding(768, preset="mae", cls_token=True)
         >>> tokens = torch.randn(2, 197, 768)               # class token + 14 x 14 patches
         >>> enc(tokens, (14, 14)).shape
@@ -158,7 +159,7 @@ class DetrSineEncoding(_Module):
           Face's convention, as ``DetrForObjectDetection`` takes it).
         - output: ``[b, 2 * num_pos_feats, H, W]``: ``[y block | x block]``.
 
-    Example:
+    Examples:
         >>> pos = DetrSineEncoding(128, normalize=True)
         >>> mask = torch.zeros(2, 20, 30, dtype=torch.bool)
         >>> mask[1, :, 24:] = True                      # DETR: True = padding
