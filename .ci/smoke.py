@@ -13,16 +13,16 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
+
+import posenc
+
 
 def check(ok: bool, what: str) -> None:
     if not ok:
         sys.exit(f"smoke: FAILED: {what}")
     print(f"smoke: ok: {what}")
 
-
-import numpy as np  # noqa: E402
-
-import posenc  # noqa: E402
 
 where = pathlib.Path(posenc.__file__).resolve()
 check("site-packages" in where.parts, f"posenc imported from the installed wheel ({where})")
