@@ -688,10 +688,131 @@ def test_version_and_bare_usage():
     proc = run()
     assert proc.returncode == 2
     assert proc.stderr.startswith("usage: posenc")
+    for command in ("demo", "presets", "table", "plot", "identify"):
+        assert command in proc.stderr  # the full help: every subcommand with its summary
     assert "Traceback" not in proc.stderr
+
+
+def test_every_option_has_help_with_its_default():
+    import argparse
+
+    from posenc.app import cli
+
+    top = cli.parser()
+    subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    seen = 0
+    for name, sub in subs.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction) or not action.option_strings:
+                continue
+            seen += 1
+            assert action.help, (name, action.option_strings)
+            if not action.required:
+                assert "default" in action.help, (name, action.option_strings, action.help)
+    assert seen >= 20
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_table_to_stdout(fmt):
+    extra = [] if fmt == "csv" else ["--format", "json"]
+    proc = run("table", "vaswani", "--length", "5", "--dim", "6", "--offset", "1000", "-o", "-",
+               *extra)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    if fmt == "csv":
+        got = np.array([[float(v) for v in line.split(",")] for line in proc.stdout.splitlines()])
+    else:
+        doc = json.loads(proc.stdout)
+        assert doc["shape"] == [5, 6]
+        got = np.array(doc["data"])
+    want = ref.vaswani(5, 6, offset=1000)
+    assert got.shape == (5, 6)
+    np.testing.assert_allclose(got, want, rtol=0, atol=6e-8)  # float32, printed to 9 digits
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["table", "vaswani", "-o", "-", "--format", "npy"], ["`--output -`", "csv or json"]),
+        (["table", "vaswani", "--name", "x", "-o", "x.npy"], ["`--name`", ".pt", "npy"]),
+        (["table", "vaswani", "--name", "x", "-o", "-"], ["`--name`", "csv"]),
+        (["plot", "mae", "--kind", "curves", "-o", "x.png"], ["--kind curves", "grid", "patch"]),
+        (["plot", "diffusers-3d", "--kind", "patch", "-o", "x.png"], ["--kind patch", "2D"]),
+        (["plot", "mae", "--dims", "1,2", "-o", "x.png"], ["`--dims`", "--kind patch"]),
+        (["plot", "vaswani", "--length", "4", "--kind", "bars", "-o", "x.png"], ["--kind"]),
+    ],
+)
+def test_options_that_do_not_apply_are_errors(tmp_path, args, fragments):
+    proc = run(*args, cwd=tmp_path)
+    assert_one_line_error(proc, *fragments)
+    assert not list(tmp_path.iterdir())
+
+
+def test_grid_presets_default_to_the_patch_view(tmp_path):
+    pytest.importorskip("matplotlib")
+    svg = tmp_path / "g.svg"
+    proc = run("plot", "mae", "--dim", "64", "--grid", "6,8", "-o", str(svg))
+    assert proc.returncode == 0, proc.stderr
+    text = svg.read_text()
+    assert "cell (3, 4)" in text  # the centre cell, marked on the grid
+    assert "mae, d=64, grid 6x8" in text
+
+
+def test_heatmap_marks_the_sin_cos_blocks(tmp_path):
+    pytest.importorskip("matplotlib")
+    svg = tmp_path / "h.svg"
+    proc = run("plot", "mae", "--dim", "32", "--grid", "4,4", "--kind", "heatmap", "-o", str(svg))
+    assert proc.returncode == 0, proc.stderr
+    text = svg.read_text()
+    # MAE: [sin w | cos w | sin h | cos h], the column axis first
+    for label in ("sin, column", "cos, column", "sin, row", "cos, row"):
+        assert label in text, label
+    assert "d=32" in text
 
 
 def test_the_package_is_typed():
     from importlib import resources
 
     assert resources.files("posenc").joinpath("py.typed").is_file()
+
+
+# the figures' arithmetic, against tables written from the formula
+
+
+def test_channel_map_and_spread_follow_the_layout():
+    from posenc.app import plots
+
+    ch = plots.channels("whisper", 64, 1, {}, grid=False)
+    assert ch.kind == ("sin",) * 32 + ("cos",) * 32
+    # whisper: timescales 10000^(i / 31), so channel i has period 2 pi 10000^(i / 31)
+    np.testing.assert_allclose(ch.period[:32], 2 * np.pi * 1e4 ** (np.arange(32) / 31))
+    assert ch.segments() == [(0, 32, "sin"), (32, 64, "cos")]
+    picks = plots.spread(ch, 128)
+    assert len(picks) == 4
+    assert picks[0] == 0  # the fastest
+    periods = [ch.period[j] for j in picks]
+    assert periods == sorted(periods)
+    assert periods[-1] <= 4 * 128 < 2 * np.pi * 1e4 ** (1 / 31) * 1e3  # far from the slowest
+    assert periods[-1] > 100  # and spread to the slow ones a table of 128 shows
+    # an odd-width interleaved table: channels 2i, 2i+1, and the padding zero at the end
+    ch = plots.channels("tensor2tensor", 7, 1, {}, grid=False)
+    assert ch.kind[-1] == "zero"
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_axis_similarity_reads_the_grid_in_its_token_order(reverse):
+    from posenc.app import plots
+
+    shape = (5, 7)
+    pe = posenc.grid(shape, 64, preset="timm-2d", reverse_coord=reverse, dtype=np.float64)
+    want = ref.timm_2d(shape, 64, reverse_coord=reverse)
+    np.testing.assert_allclose(pe, want, atol=1e-12)
+    tokens = plots.channels("timm-2d", 64, 2, {"reverse_coord": reverse}, grid=True).tokens
+    cells = plots.cells(pe, shape, tokens)
+    # cell (r, c) holds sin/cos of r in its row block whatever the token order: check the
+    # row-axis sines against the formula
+    omega = 1e4 ** (-np.arange(16) / 16)
+    rows = np.arange(5)[:, None] * omega
+    row_block = slice(16, 32) if reverse else slice(0, 16)  # sin h first unless reversed
+    for c in range(7):
+        np.testing.assert_allclose(cells[:, c, row_block], np.sin(rows), atol=1e-12)

@@ -32,6 +32,7 @@ from .._engine import PROGRESS
 from .._presets import RotaryPreset, get_preset
 from .._validate import MAX_AXES, PosencError
 from .files import (
+    FORMATS,
     atomic,
     check_room,
     check_writable,
@@ -41,6 +42,7 @@ from .files import (
     read,
     text_bytes,
     write,
+    write_text,
 )
 
 EXIT_UNKNOWN = 1  # `identify`: the table is not a known encoding
@@ -133,6 +135,23 @@ class Request:
     offset: int | float  # 1D tables
     shape: tuple[int, ...] | None  # grids
     options: dict[str, Any]
+
+    @property
+    def ndim(self) -> int:
+        return 1 if self.shape is None else len(self.shape)
+
+    @property
+    def title(self) -> str:
+        """The preset and the table's size, for a figure's title."""
+        if self.shape is None:
+            start = f" from {self.offset}" if self.offset else ""
+            return f"{self.preset}, d={self.dim}, {self.length} positions{start}"
+        return f"{self.preset}, d={self.dim}, grid {'x'.join(map(str, self.shape))}"
+
+    def channels(self) -> Any:
+        from .plots import channels
+
+        return channels(self.preset, self.dim, self.ndim, self.options, grid=self.shape is not None)
 
     @property
     def rows(self) -> int:  # an upper bound: grids may add a few extra tokens
@@ -241,14 +260,22 @@ def _stream_npy(req: Request, dtype: str, path: Path) -> bool:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
+    to_stdout = args.output == "-"
     path = Path(args.output)
-    fmt = file_format(path, args.format)
-    check_writable(path, args.force)
+    fmt = (args.format or "csv") if to_stdout else file_format(path, args.format)
+    if to_stdout and fmt not in ("csv", "json"):
+        raise PosencError(f"`--output -` (stdout) writes text: --format csv or json, got {fmt!r}")
+    if args.name is not None and fmt not in ("pt", "safetensors"):
+        raise PosencError(f"`--name` applies to .pt and .safetensors files, got format {fmt}")
+    if not to_stdout:
+        check_writable(path, args.force)
     req = _request(args)
     values = req.rows * req.dim
     check_writer(fmt, args.dtype, values)
     item = 2 if args.dtype == "bfloat16" else np.dtype(args.dtype).itemsize
-    check_room(path, text_bytes(values, args.dtype) if fmt in ("csv", "json") else values * item)
+    if not to_stdout:
+        size = text_bytes(values, args.dtype) if fmt in ("csv", "json") else values * item
+        check_room(path, size)
     if fmt == "npy" and _stream_npy(req, args.dtype, path):
         print(f"wrote {path} (npy, {req.length}x{req.dim} {args.dtype}, in slices)")
         return 0
@@ -260,7 +287,10 @@ def cmd_table(args: argparse.Namespace) -> int:
         PROGRESS.reset(token)
         bar.close()
     meta = {"preset": req.preset, "call": call, "dtype": args.dtype}
-    write(path, out, fmt, args.name, meta)
+    if to_stdout:
+        write_text(sys.stdout, out, fmt, meta)
+        return 0
+    write(path, out, fmt, args.name or "", meta)
     print(f"wrote {path} ({fmt}, {'x'.join(map(str, out.shape))} {args.dtype}): {call}")
     return 0
 
@@ -294,33 +324,45 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise PosencError(f"`--output` must end in .png or .svg, got {path.name!r}")
     check_writable(path, args.force)
     req = _request(args)
-    if args.dims is not None and args.kind != "curves":
-        raise PosencError(f"`--dims` applies to --kind curves, got --kind {args.kind}")
-    dims = args.dims or [d for d in (4, 5, 6, 7) if d < req.dim] or [0]
-    if max(dims) >= req.dim:
-        raise PosencError(f"`--dims` must be channels below {req.dim}, got {dims}")
-    if args.kind == "patch" and (req.shape is None or len(req.shape) != 2):
+    grid = req.shape
+    kind = args.kind or ("curves" if grid is None else "patch" if len(grid) == 2 else "heatmap")
+    if args.dims is not None and kind != "curves":
+        raise PosencError(f"`--dims` applies to --kind curves, got --kind {kind}")
+    if kind == "curves" and grid is not None:
+        raise PosencError(
+            f"`--kind curves` draws channels along a 1-D sequence, but this asks for a grid "
+            f"(preset {args.preset!r}, {'x'.join(map(str, grid))}); use --kind patch, heatmap "
+            "or similarity"
+        )
+    if kind == "patch" and (grid is None or len(grid) != 2):
         raise PosencError(
             f"`--kind patch` needs a 2D grid preset or --grid H,W, got preset {args.preset!r}"
+            + (f" with grid {'x'.join(map(str, grid))}" if grid else "")
         )
+    if args.dims is not None and max(args.dims) >= req.dim:
+        raise PosencError(f"`--dims` must be channels below --dim {req.dim}, got {args.dims}")
     need("matplotlib", "plot", "posenc plot")
     from . import plots
 
+    ch = req.channels()
     out, call = req.compute("float64")
     pe = np.asarray(out, dtype=np.float64)
-    title = f"{args.preset}: {call}"
-    if args.kind == "curves":
-        fig = plots.curves(pe, dims, title, offset=req.offset if req.shape is None else 0)
-    elif args.kind == "heatmap":
-        fig = plots.heatmap(pe, title, "position" if req.shape is None else "token")
-    elif args.kind == "similarity":
-        fig = plots.similarity({args.preset: pe}, title)
+    if kind == "curves":
+        dims = args.dims or plots.spread(ch, req.length)
+        fig = plots.curves(pe, dims, req.title, call, offset=req.offset, ch=ch)
+    elif kind == "heatmap":
+        xlabel = "position" if grid is None else "token (grid cells, row-major)"
+        fig = plots.heatmap(pe, req.title, call, xlabel=xlabel, ch=ch)
+    elif kind == "similarity" and grid is None:
+        fig = plots.similarity({args.preset: pe}, req.title, call)
+    elif kind == "similarity":
+        fig = plots.axis_similarity(pe, grid, req.title, call, ch.tokens)
     else:
-        assert req.shape is not None
-        h, w = req.shape[0], req.shape[1]
-        fig = plots.patch_similarity(pe, (h, w), (h // 2, w // 2), title)
+        assert grid is not None
+        h, w = grid[0], grid[1]
+        fig = plots.patch_similarity(pe, (h, w), (h // 2, w // 2), req.title, call, ch.tokens)
     with atomic(path) as tmp:
-        fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=110)
+        plots.save(fig, tmp, path.suffix.lstrip(".").lower())
     print(f"wrote {path}")
     return 0
 
@@ -365,55 +407,94 @@ def parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="write a few figures and print what they show")
     demo.add_argument("--out", default="posenc-demo", help="directory (default posenc-demo)")
-    demo.add_argument("--force", action="store_true", help="overwrite existing figures")
+    demo.add_argument(
+        "--force", action="store_true", help="overwrite existing figures (default: refuse)"
+    )
     demo.set_defaults(run=cmd_demo)
 
     pre = sub.add_parser("presets", help="list the presets")
-    pre.add_argument("-v", "--verbose", action="store_true", help="origin, quirks, options")
+    pre.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="origin, quirks and options of each (default: one line each)",
+    )
     pre.set_defaults(run=cmd_presets)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("preset", help="a preset name (see `posenc presets`)")
+    def common(p: argparse.ArgumentParser, output: str) -> None:
+        p.add_argument("preset", help="a preset name (the list: posenc presets)")
         p.add_argument("--dim", type=_count, default=128, help="channels (default 128)")
-        p.add_argument("--length", type=_count, help="positions of a 1-D table (default 128)")
-        p.add_argument("--offset", type=_number, help="first position of a 1-D table (default 0)")
-        p.add_argument("--grid", type=_shape, help="grid sizes, e.g. 14,14 or 8x30x45")
+        p.add_argument(
+            "--length", type=_count, help="positions of a 1-D table (default 128; not for grids)"
+        )
+        p.add_argument(
+            "--offset",
+            type=_number,
+            help="first position of a 1-D table, e.g. a KV-cache length (default 0; not for grids)",
+        )
+        p.add_argument(
+            "--grid",
+            type=_shape,
+            help="grid sizes, e.g. 14,14 or 8x30x45 (default 14 per axis of a grid preset)",
+        )
         p.add_argument(
             "--set",
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="a preset option, e.g. --set flip_sin_to_cos=true",
+            help="a preset option, repeatable, e.g. --set flip_sin_to_cos=true (default none; "
+            "each preset's options: posenc presets -v)",
         )
-        p.add_argument("-o", "--output", required=True, help="file to write")
-        p.add_argument("--force", action="store_true", help="overwrite an existing file")
+        p.add_argument("-o", "--output", required=True, help=output)
+        p.add_argument(
+            "--force", action="store_true", help="overwrite an existing file (default: refuse)"
+        )
 
     tab = sub.add_parser("table", help="write a table to .npy/.pt/.safetensors/.csv/.json")
-    common(tab)
+    common(tab, "file to write, its extension naming the format; - writes text to stdout")
     tab.add_argument(
         "--dtype",
         default="float32",
         choices=["float16", "bfloat16", "float32", "float64"],
-        help="value type of the table (default float32)",
+        help="value type of the table, each value the exact one rounded once (default float32)",
     )
-    tab.add_argument("--format", help="npy, pt, safetensors, csv or json (default: extension)")
-    tab.add_argument("--name", default="", help="tensor name inside .pt/.safetensors")
+    tab.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="file format (default: the extension of --output; csv for -o -)",
+    )
+    tab.add_argument(
+        "--name",
+        help="tensor name inside .pt/.safetensors (default: a bare tensor in .pt, "
+        "'pe' in .safetensors)",
+    )
     tab.set_defaults(run=cmd_table)
 
     plot = sub.add_parser("plot", help="draw a figure (.png or .svg)")
-    common(plot)
+    common(plot, "file to write, .png or .svg")
     plot.add_argument(
         "--kind",
-        default="curves",
         choices=["curves", "heatmap", "similarity", "patch"],
-        help="the figure (default curves)",
+        help="curves: chosen channels against position (1-D); heatmap: every channel of every "
+        "position or cell; similarity: cosine similarity by distance (per axis on grids); "
+        "patch: one cell against the whole 2-D grid (default: curves for 1-D presets, patch "
+        "for 2-D grids, heatmap for other grids)",
     )
-    plot.add_argument("--dims", type=_channels, help="channels for --kind curves (default 4,5,6,7)")
+    plot.add_argument(
+        "--dims",
+        type=_channels,
+        help="channels for --kind curves, e.g. 0,1,6 (default: 4 sine channels from the "
+        "fastest frequency to a period of 4 x --length)",
+    )
     plot.set_defaults(run=cmd_plot)
 
     ident = sub.add_parser("identify", help="say which preset reproduces a stored table")
     ident.add_argument("file", help=".npy, .npz, .pt or .safetensors")
-    ident.add_argument("--name", help="tensor name inside the file")
+    ident.add_argument(
+        "--name",
+        help="tensor name inside the file (default: its only 2-D table, or the only one "
+        "named like pos* or pe)",
+    )
     ident.set_defaults(run=cmd_identify)
     return top
 
@@ -461,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             top = parser()
             args = top.parse_args(argv)
             if args.command is None:  # bare `posenc`: the usage, as a failure
-                top.print_usage(sys.stderr)
+                top.print_help(sys.stderr)
                 return EXIT_FAILURE
             return int(args.run(args))
         except PosencError as err:

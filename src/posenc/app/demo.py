@@ -44,16 +44,26 @@ def run(out_dir: Path, *, force: bool) -> int:
         raise PosencError(f"{clash[0]!r} exists; pass --force to overwrite, or --out DIR")
     lines = []
 
+    ch = plots.channels("vaswani", 64, 1, {}, grid=False)
+    dims = plots.spread(ch, 100)
     pe = _api.table(100, 64, dtype=np.float64)
-    figs = {"curves.png": plots.curves(pe, [4, 5, 6, 7], "vaswani: channels 4-7, d=64")}
+    figs = {
+        "curves.png": plots.curves(
+            pe, dims, "vaswani, d=64, 100 positions", "posenc.table(100, 64)", ch=ch
+        )
+    }
     lines.append(
-        "curves.png: channels 4-7 of the paper's encoding (d=64) over 100 positions; channel 4 "
-        f"has period {2 * np.pi / 10000 ** (-4 / 64):.1f} positions, channel 6 "
-        f"{2 * np.pi / 10000 ** (-6 / 64):.1f}"
+        f"curves.png: the paper's encoding (d=64), sine channels {', '.join(map(str, dims))}: "
+        f"periods {', '.join(f'{ch.period[d]:.1f}' for d in dims)} positions"
     )
 
     heat = _api.table(256, 128, preset="whisper", dtype=np.float64)
-    figs["heatmap.png"] = plots.heatmap(heat, "whisper: [sin | cos] halves, 256 x 128")
+    figs["heatmap.png"] = plots.heatmap(
+        heat,
+        "whisper, d=128, 256 positions",
+        "posenc.table(256, 128, preset='whisper')",
+        ch=plots.channels("whisper", 128, 1, {}, grid=False),
+    )
     lines.append("heatmap.png: Whisper's table, sines in channels 0-63 and cosines in 64-127")
 
     tables = {
@@ -61,7 +71,11 @@ def run(out_dir: Path, *, force: bool) -> int:
         "whisper (tensor2tensor spacing)": _api.table(512, 128, preset="whisper", dtype=np.float64),
         "vaswani with base=500": _api.table(512, 128, base=500.0, dtype=np.float64),
     }
-    figs["similarity.png"] = plots.similarity(tables, "similarity of two positions by distance")
+    figs["similarity.png"] = plots.similarity(
+        tables,
+        "similarity of two positions by their distance, d=128",
+        "posenc.table(512, 128, ...)",
+    )
     sim = {k: plots.similarity_by_distance(v) for k, v in tables.items()}
     lines.append(
         "similarity.png: cos-similarity of PE(p) and PE(p+k) depends on k alone; at k = 10 / "
@@ -69,7 +83,13 @@ def run(out_dir: Path, *, force: bool) -> int:
     )
 
     grid = _api.grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
-    figs["patch.png"] = plots.patch_similarity(grid, (14, 14), (7, 7), "mae 14x14: cell (7, 7)")
+    figs["patch.png"] = plots.patch_similarity(
+        grid,
+        (14, 14),
+        (7, 7),
+        "mae, d=768, grid 14x14",
+        "posenc.grid((14, 14), 768, preset='mae', cls_token=True)",
+    )
     body = grid[1:]
     ref = body[7 * 14 + 7]
     nb = body @ ref / (np.linalg.norm(body, axis=1) * np.linalg.norm(ref))
@@ -91,18 +111,21 @@ def run(out_dir: Path, *, force: bool) -> int:
             float(np.abs(_api.encode(positions, 512).astype(np.float64) - exact).max())
         )
     figs["accuracy.png"] = plots.error_by_position(
-        {k: (starts, np.array(v)) for k, v in errors.items()}, "max error of a float32 table, d=512"
+        {k: (starts, np.array(v)) for k, v in errors.items()},
+        "max error of a float32 table, d=512, 64 positions from each start",
+        "the PyTorch tutorial's recipe in float32 NumPy, and posenc.encode(positions, 512)",
     )
     tut, ours = errors["float32 tutorial recipe"], errors["posenc float32"]
     lines.append(
-        f"accuracy.png: near position 1e5 a float32 recipe errs by {tut[4]:.1e}, posenc by "
-        f"{ours[4]:.1e}; near 2^24 by {tut[-1]:.1e} vs {ours[-1]:.1e}"
+        "accuracy.png: over positions 100000-100063 (d=512) a float32 copy of the PyTorch "
+        f"tutorial errs by {tut[4]:.1e}, posenc by {ours[4]:.1e}; just below 2^24 by "
+        f"{tut[-1]:.1e} vs {ours[-1]:.1e}"
     )
 
     for name, fig in figs.items():
         path = out_dir / name
         with atomic(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=100)
+            plots.save(fig, tmp)
     print(f"posenc demo: wrote {len(figs)} figures to {out_dir}/")
     for line in lines:
         print(f"  {line}")

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -166,14 +166,21 @@ def _as_float64(array: Any) -> np.ndarray:
 
 
 def _text(path: Path, array: Any, fmt: str, meta: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        write_text(f, array, fmt, meta)
+
+
+def write_text(stream: IO[str], array: Any, fmt: str, meta: dict[str, Any]) -> None:
+    """The table as CSV (one row per line) or JSON (``meta``, ``shape`` and ``data``), with
+    enough digits to round-trip its dtype."""
     values = _as_float64(array)
-    digits = 17 if meta.get("dtype") == "float64" else 9  # enough to round-trip
+    digits = 17 if meta.get("dtype") == "float64" else 9
     if fmt == "csv":
-        np.savetxt(path, values, delimiter=",", fmt=f"%.{digits}g")
+        np.savetxt(stream, values, delimiter=",", fmt=f"%.{digits}g")
         return
     rows = [[float(f"{v:.{digits}g}") for v in row] for row in values.tolist()]
-    with open(path, "w") as f:
-        json.dump({**meta, "shape": list(values.shape), "data": rows}, f)
+    json.dump({**meta, "shape": list(values.shape), "data": rows}, stream)
+    stream.write("\n")
 
 
 def text_bytes(values: int, dtype: str) -> int:
