@@ -351,14 +351,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
         dims = args.dims or plots.spread(ch, req.length)
         fig = plots.curves(pe, dims, req.title, call, offset=req.offset, ch=ch)
     elif kind == "heatmap":
-        xlabel = "position" if grid is None else "token (grid cells, row-major)"
+        xlabel = "position" if grid is None else f"token (grid cells, {ch.tokens})"
         fig = plots.heatmap(pe, req.title, call, xlabel=xlabel, ch=ch)
-    elif kind == "similarity" and grid is None:
+    elif grid is None:  # similarity, 1-D
         fig = plots.similarity({args.preset: pe}, req.title, call)
     elif kind == "similarity":
         fig = plots.axis_similarity(pe, grid, req.title, call, ch.tokens)
     else:
-        assert grid is not None
         h, w = grid[0], grid[1]
         fig = plots.patch_similarity(pe, (h, w), (h // 2, w // 2), req.title, call, ch.tokens)
     with atomic(path) as tmp:
