@@ -816,3 +816,32 @@ def test_axis_similarity_reads_the_grid_in_its_token_order(reverse):
     row_block = slice(16, 32) if reverse else slice(0, 16)  # sin h first unless reversed
     for c in range(7):
         np.testing.assert_allclose(cells[:, c, row_block], np.sin(rows), atol=1e-12)
+
+
+def test_the_cli_page_runs_as_written(tmp_path):
+    """Every command of docs/cli.md, in order, in an empty folder: exit 0, or the status its
+    comment says ("exits N"), with every file it names written."""
+    import re
+    import shlex
+
+    pytest.importorskip("matplotlib")
+    page = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    lines = [
+        line
+        for block in re.findall(r"```bash\n(.*?)```", page, flags=re.S)
+        for line in block.splitlines()
+        if line.strip()
+    ]
+    assert len(lines) >= 15
+    for line in lines:
+        command, _, comment = line.partition("#")
+        argv = shlex.split(command)
+        assert argv[0] == "posenc", line
+        proc = run(*argv[1:], cwd=tmp_path)
+        found = re.search(r"exits (\d)", comment)
+        want = int(found.group(1)) if found else 0
+        assert proc.returncode == want, (line, proc.stderr)
+        if want == 2:
+            assert_one_line_error(proc)
+        if "-o" in argv and argv[argv.index("-o") + 1] != "-" and want == 0:
+            assert (tmp_path / argv[argv.index("-o") + 1]).stat().st_size > 0, line

@@ -301,3 +301,12 @@ def style() -> Iterator[None]:
 def figure(title: str, subtitle: str = "", width: float = 7.5, height: float = 4.0) -> Any:
     """An empty figure and its axes in the house style (call inside :func:`style`)."""
     return _figure(title, subtitle, width, height)
+
+
+def panels(title: str, rows: int, cols: int, width: float, height: float, **kw: Any) -> Any:
+    """A titled figure of ``rows x cols`` axes (``kw``: ``sharey`` and the like), in the house
+    style when called inside :func:`style`."""
+    figure_module = need("matplotlib.figure", "plot", "plotting")
+    fig = figure_module.Figure(figsize=(width, height), layout="constrained")
+    fig.suptitle(title, fontweight="bold", fontsize=10)
+    return fig, fig.subplots(rows, cols, squeeze=False, **kw)

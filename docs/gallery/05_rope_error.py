@@ -1,6 +1,8 @@
-"""The figure of docs/rope.md: max |error| of cos/sin against position, up to 2^24.
+"""Rotary tables: error against position
 
-    python docs/figures/rope_error.py        # writes docs/figures/rope_error.png, prints the table
+The figure and the tables of docs/rope.md: max |error| of cos/sin against position, up to
+2^24. ``python docs/gallery/05_rope_error.py`` writes ``rope-error.png`` and prints the tables
+(needs transformers, the test extra).
 
 Head dim 128 (all 64 frequencies, cos and sin), bases 1e4 and 5e5, 49 positions spaced
 evenly in log2 from 1 to 2^24 - 1. The truth is float64 NumPy from the formula (its own error
@@ -12,7 +14,8 @@ in float32 (exact: the truth rounded once).
 
 from __future__ import annotations
 
-import pathlib
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,8 +23,8 @@ import transformers
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 import posenc
+from posenc.app import plots
 
-HERE = pathlib.Path(__file__).parent
 POSITIONS = np.unique(np.round(2.0 ** np.linspace(0, 24, 49)).astype(np.int64).clip(1, 2**24 - 1))
 
 
@@ -57,31 +60,38 @@ def errors(base: float) -> dict[str, np.ndarray]:
     return out
 
 
+MARKS = (1000, 10_000, 100_000, 1_000_000, 2**24 - 1)
+
+
+def figures() -> Iterator[tuple[str, str, str, Any]]:
+    with plots.style():
+        title = "RoPE cos/sin error against position, head_dim 128"
+        fig, grid = plots.panels(title, 1, 2, 11, 4.2, sharey=True)
+        axes = grid[0]
+        for ax, base in zip(axes, (1e4, 5e5), strict=True):
+            for name, err in errors(base).items():
+                ax.loglog(POSITIONS, np.maximum(err, 1e-10), label=name, marker=".", markersize=3)
+            ax.set(title=f"base {base:g}", xlabel="position")
+        axes[0].set_ylabel("max |error| over 64 frequencies")
+        axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    caption = (
+        "transformers 5.23.0's Llama rotary module in float32, under bf16 autocast, and after "
+        "`.to(torch.bfloat16)`, against posenc.rope in bfloat16 and float32; truth: float64 "
+        "NumPy from the formula."
+    )
+    yield "", "rope-error", caption, fig
+
+
 def main() -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for ax, base in zip(axes, (1e4, 5e5), strict=True):
-        found = errors(base)
+    for base in (1e4, 5e5):
         print(f"\nbase {base:g}: max |error| of cos/sin (head_dim 128)")
-        marks = [1000, 10_000, 100_000, 1_000_000, 2**24 - 1]
-        print("| curve | " + " | ".join(f"p ~ {m:g}" for m in marks) + " |")
-        print("|---|" + "---|" * len(marks))
-        for name, err in found.items():
-            ax.loglog(POSITIONS, np.maximum(err, 1e-10), label=name, marker=".")
-            at = [err[np.abs(np.log(POSITIONS / m)).argmin()] for m in marks]
+        print("| curve | " + " | ".join(f"p ~ {m:g}" for m in MARKS) + " |")
+        print("|---|" + "---|" * len(MARKS))
+        for name, err in errors(base).items():
+            at = [err[np.abs(np.log(POSITIONS / m)).argmin()] for m in MARKS]
             print(f"| {name} | " + " | ".join(f"{e:.2g}" for e in at) + " |")
-        ax.set_title(f"base {base:g}")
-        ax.set_xlabel("position")
-        ax.grid(True, which="major", alpha=0.3)
-    axes[0].set_ylabel("max |error| over 64 frequencies")
-    fig.suptitle("RoPE cos/sin error against position, head_dim 128")
-    axes[1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.tight_layout()
-    fig.savefig(HERE / "rope_error.png", dpi=110, bbox_inches="tight")
+    for _, stem, _, fig in figures():
+        plots.save(fig, f"{stem}.png")
 
 
 if __name__ == "__main__":
