@@ -770,6 +770,19 @@ def test_heatmap_marks_the_sin_cos_blocks(tmp_path):
     assert "d=32" in text
 
 
+def test_the_typed_user_script_runs():
+    """tests/typed/user_script.py is what mypy --strict checks in CI (its assert_type lines);
+    here it runs, so every call it types is a real call."""
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "typed" / "user_script.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_the_package_is_typed():
     from importlib import resources
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -12,6 +13,7 @@ from ._layout import Plan, channel_plan
 from ._positions import Progression, grid_axes, grid_shape
 from ._presets import PRESETS, ROTARY_PRESETS, Preset, RotaryPreset, get_preset
 from ._spec import Encoding
+from ._types import ArrayLike, Floats, NumpyDType
 from ._validate import (
     ANGLE_LIMIT,
     MAX_POSITION,
@@ -26,6 +28,9 @@ from ._validate import (
     check_real,
     tracing,
 )
+
+if TYPE_CHECKING:
+    from ._types import Device, Tensor, TorchDType
 
 
 def presets(kind: str | None = None) -> list[str]:
@@ -68,11 +73,91 @@ def _one_axis(p: Preset, call: str) -> None:
         )
 
 
+@overload
 def table(
     length: int,
     dim: int,
     *,
-    preset: str = "vaswani",
+    preset: str | Preset = ...,
+    offset: float = ...,
+    dtype: TorchDType,
+    device: Any = ...,
+    channels: slice | None = ...,
+    like: Any = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
+def table(
+    length: int,
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    offset: float = ...,
+    dtype: Any = ...,
+    device: Device,
+    channels: slice | None = ...,
+    like: Any = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
+def table(
+    length: int,
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    offset: float = ...,
+    dtype: Any = ...,
+    device: Any = ...,
+    channels: slice | None = ...,
+    like: Tensor,
+    compat: str | None = ...,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
+def table(
+    length: int,
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    offset: float = ...,
+    dtype: NumpyDType = ...,
+    device: None = ...,
+    channels: slice | None = ...,
+    like: np.ndarray | None = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Floats: ...
+
+
+@overload
+def table(
+    length: int,
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    offset: float = ...,
+    dtype: Any = ...,
+    device: Any = ...,
+    channels: slice | None = ...,
+    like: Any = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Any: ...
+
+
+def table(
+    length: int,
+    dim: int,
+    *,
+    preset: str | Preset = "vaswani",
     offset: float = 0,
     dtype: Any = None,
     device: Any = None,
@@ -167,11 +252,67 @@ def _check(pl: Plan, bound: float | None, what: str, ev: Evaluator) -> None:
         )
 
 
+@overload
+def encode(
+    positions: Tensor,
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    dtype: Any = ...,
+    ndim: int | None = ...,
+    channels: slice | None = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
 def encode(
     positions: Any,
     dim: int,
     *,
-    preset: str = "vaswani",
+    preset: str | Preset = ...,
+    dtype: TorchDType,
+    ndim: int | None = ...,
+    channels: slice | None = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
+def encode(
+    positions: ArrayLike,
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    dtype: NumpyDType = ...,
+    ndim: int | None = ...,
+    channels: slice | None = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Floats: ...
+
+
+@overload
+def encode(
+    positions: Any,
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    dtype: Any = ...,
+    ndim: int | None = ...,
+    channels: slice | None = ...,
+    compat: str | None = ...,
+    **options: Any,
+) -> Any: ...
+
+
+def encode(
+    positions: Any,
+    dim: int,
+    *,
+    preset: str | Preset = "vaswani",
     dtype: Any = None,
     ndim: int | None = None,
     channels: slice | None = None,
@@ -289,11 +430,81 @@ def _axes(p: Preset, ndim: int | None) -> int:
     return ndim
 
 
+@overload
 def grid(
     shape: int | tuple[int, ...],
     dim: int,
     *,
-    preset: str = "mae",
+    preset: str | Preset = ...,
+    dtype: TorchDType,
+    device: Any = ...,
+    channels: slice | None = ...,
+    like: Any = ...,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
+def grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    dtype: Any = ...,
+    device: Device,
+    channels: slice | None = ...,
+    like: Any = ...,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
+def grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    dtype: Any = ...,
+    device: Any = ...,
+    channels: slice | None = ...,
+    like: Tensor,
+    **options: Any,
+) -> Tensor: ...
+
+
+@overload
+def grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    dtype: NumpyDType = ...,
+    device: None = ...,
+    channels: slice | None = ...,
+    like: np.ndarray | None = ...,
+    **options: Any,
+) -> Floats: ...
+
+
+@overload
+def grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | Preset = ...,
+    dtype: Any = ...,
+    device: Any = ...,
+    channels: slice | None = ...,
+    like: Any = ...,
+    **options: Any,
+) -> Any: ...
+
+
+def grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | Preset = "mae",
     dtype: Any = None,
     device: Any = None,
     channels: slice | None = None,
@@ -352,6 +563,42 @@ def evaluate_grid(
 
 
 _GRID_POSITIONS = "the grid positions (`shape` and the preset's scaling options)"
+
+
+@overload
+def detr(
+    mask: Tensor,
+    dim: int = ...,
+    *,
+    temperature: float = ...,
+    normalize: bool = ...,
+    scale: float | None = ...,
+    dtype: Any = ...,
+) -> Tensor: ...
+
+
+@overload
+def detr(
+    mask: np.ndarray | Sequence[Any],
+    dim: int = ...,
+    *,
+    temperature: float = ...,
+    normalize: bool = ...,
+    scale: float | None = ...,
+    dtype: NumpyDType = ...,
+) -> Floats: ...
+
+
+@overload
+def detr(
+    mask: Any,
+    dim: int = ...,
+    *,
+    temperature: float = ...,
+    normalize: bool = ...,
+    scale: float | None = ...,
+    dtype: Any = ...,
+) -> Any: ...
 
 
 def detr(

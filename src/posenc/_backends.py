@@ -690,7 +690,7 @@ def dtype_name(dtype: Any) -> str:
     if dtype is None:
         return "float32"
     try:
-        return np.dtype(dtype).name
+        return str(np.dtype(dtype).name)
     except TypeError:
         return str(getattr(dtype, "name", None) or dtype).rsplit(".", 1)[-1]
 
@@ -788,6 +788,7 @@ def _torch_dtype(torch: Any, dtype: Any) -> Any:
 def _numpy_dtype(dtype: Any) -> np.dtype:
     if dtype is None:
         return np.dtype(np.float32)
+    out: np.dtype | None
     try:
         out = np.dtype(dtype)
     except TypeError:

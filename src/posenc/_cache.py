@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class BoundedCache:
@@ -40,11 +42,9 @@ class BoundedCache:
             self.size += size
             self._shrink(self.limit)
 
-    def get_or_make(
-        self, key: Hashable, make: Callable[[], Any], size: Callable[[Any], int]
-    ) -> Any:
+    def get_or_make(self, key: Hashable, make: Callable[[], T], size: Callable[[T], int]) -> T:
         """The value under ``key``, made (outside the lock) and kept when missing."""
-        value = self.get(key)
+        value: T | None = self.get(key)
         if value is None:
             value = make()
             self.put(key, value, size(value))

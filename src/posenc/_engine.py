@@ -78,7 +78,7 @@ MAX_FREQS = 4096  # wider plans are evaluated in channel slices of this many (bi
 
 def _levels(omega_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
     """The level tables of these frequencies, kept in :data:`LEVELS`."""
-    return LEVELS.get_or_make(omega_bytes, lambda: _make_levels(omega_bytes), nbytes)
+    return LEVELS.get_or_make(omega_bytes, lambda: _make_levels(omega_bytes), lambda v: nbytes(*v))
 
 
 def _make_levels(omega_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +106,8 @@ def _host_ints(x: Any) -> np.ndarray:
 
 def _digits(p: Any) -> tuple[Any, Any]:
     """``p = LEVEL * high + (low - HALF)`` with ``0 <= low < LEVEL``: balanced digits."""
-    return divmod(p + HALF, LEVEL)
+    high, low = divmod(p + HALF, LEVEL)
+    return high, low
 
 
 def _canonical_coarse(bk: Backend, blocks: np.ndarray, w: np.ndarray) -> Any:

@@ -55,4 +55,5 @@ def frequencies(
         raise PosencError(f"the frequency denominator width/2 - shift must be > 0, got {den:g}")
     with np.errstate(all="ignore"):  # an overflow is refused by the plan, naming the options
         ratio = base / min_timescale
-        return min_timescale * np.exp(k * (-np.log(ratio) / den))
+        out: np.ndarray = min_timescale * np.exp(k * (-np.log(ratio) / den))
+        return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args, overload
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from ._cache import nbytes
 from ._layout import PLANS, Plan
 from ._presets import get_rotary_preset
 from ._scaling import Scaling, parse_scaling
+from ._types import ArrayLike, Floats, NumpyDType
 from ._validate import (
     MAX_AXES,
     MAX_DIM,
@@ -43,6 +44,9 @@ from ._validate import (
     show,
     tracing,
 )
+
+if TYPE_CHECKING:
+    from ._types import Tensor, TorchDType
 
 RopeLayout = Literal["halves", "interleaved", "compact"]
 
@@ -238,6 +242,78 @@ def _rotary(
     return Rotary(dim, s, base, layout, sections, interleave_sections, axes_dim)
 
 
+@overload
+def rope(
+    positions: Tensor,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: Any = ...,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def rope(
+    positions: Any,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: TorchDType,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def rope(
+    positions: ArrayLike,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: NumpyDType = ...,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Floats, Floats]: ...
+
+
+@overload
+def rope(
+    positions: Any,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: Any = ...,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Any, Any]: ...
+
+
 def rope(
     positions: Any,
     dim: int,
@@ -366,6 +442,18 @@ def _seq_len(r: Rotary, pos: Positions, seq_len: Any) -> int | None:
             "cannot be read (traced or meta)"
         )
     return int(np.floor(pos.high)) + 1
+
+
+@overload
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = ...) -> Tensor: ...
+
+
+@overload
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = ...) -> Floats: ...
+
+
+@overload
+def apply_rope(x: Any, cos: Any, sin: Any, layout: str = ...) -> Any: ...
 
 
 def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
@@ -530,6 +618,7 @@ def _apply_differentiable(
 
 def _apply_array(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
     xp = array_namespace(x)
+    astype: Callable[[Any, Any], Any]
     if xp is None:  # NumPy (any version): its own names
         x = np.asarray(x)
         xp, astype, concat = np, lambda v, t: v.astype(t), np.concatenate

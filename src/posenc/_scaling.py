@@ -89,7 +89,8 @@ def dynamic_base(p: Params, d: int, base: float, seq_len: int | None) -> float:
     length = p["max_position_embeddings"]
     s = max(seq_len or length, length)
     f = p["factor"]
-    return base * ((f * s / length) - (f - 1)) ** (d / (d - 2))
+    out: float = base * ((f * s / length) - (f - 1)) ** (d / (d - 2))
+    return out
 
 
 def _dynamic(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
@@ -110,7 +111,8 @@ def yarn_factor(p: Params) -> float:
             "`scaling['factor']` is required (or `max_position_embeddings`, from which "
             "factor = max_position_embeddings / original_max_position_embeddings)"
         )
-    return p["max_position_embeddings"] / p["original_max_position_embeddings"]
+    factor: float = p["max_position_embeddings"] / p["original_max_position_embeddings"]
+    return factor
 
 
 def yarn_attention(p: Params) -> float:
@@ -368,7 +370,7 @@ def softmax_scale(config: Any, head_dim: int | None = None) -> float:
                     )
                 head_dim = nope + rope_dim
     d = check_int("head_dim", head_dim, minimum=1)
-    scale = d**-0.5
+    scale: float = d**-0.5
     if not params:
         return scale
     s = parse_scaling(params)
@@ -377,5 +379,5 @@ def softmax_scale(config: Any, head_dim: int | None = None) -> float:
     p = s.p
     if not p["mscale_all_dim"]:
         return scale
-    m = mscale(yarn_factor(p), p["mscale_all_dim"])
+    m: float = mscale(yarn_factor(p), p["mscale_all_dim"])
     return scale * m * m  # transformers' order of operations

@@ -12,12 +12,17 @@ to the same slice of the full table.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ._backends import is_torch
 from ._validate import MAX_POSITION, PosencError, check_int
+
+if TYPE_CHECKING:
+    from ._types import Tensor
 
 Layout = Literal["contiguous", "zigzag"]
 
@@ -51,6 +56,30 @@ def _split(length: int, r: int, w: int, layout: str, what: str) -> np.ndarray:
             ]
         )
     raise PosencError(f"`layout` must be 'contiguous' or 'zigzag', got {layout!r}")
+
+
+@overload
+def context_parallel_positions(
+    seq_len: int | None,
+    rank: int,
+    world_size: int,
+    *,
+    layout: Layout = ...,
+    cu_seqlens: Tensor,
+    offset: int = ...,
+) -> Tensor: ...
+
+
+@overload
+def context_parallel_positions(
+    seq_len: int | None,
+    rank: int,
+    world_size: int,
+    *,
+    layout: Layout = ...,
+    cu_seqlens: np.ndarray | Sequence[int] | None = ...,
+    offset: int = ...,
+) -> NDArray[np.int64]: ...
 
 
 def context_parallel_positions(

@@ -72,12 +72,12 @@ def check_int(name: str, value: Any, *, minimum: int | None = 0, maximum: int = 
     (every integer posenc takes ends up in an int64, so none may exceed 2^63 - 1)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise PosencError(f"`{name}` must be an integer, got {show(value)}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise PosencError(f"`{name}` must be >= {minimum}, got {value}")
-    if value > maximum:
-        raise PosencError(f"`{name}` must be <= {maximum}, got {show(value)}")
-    return value
+    out = int(value)
+    if minimum is not None and out < minimum:
+        raise PosencError(f"`{name}` must be >= {minimum}, got {out}")
+    if out > maximum:
+        raise PosencError(f"`{name}` must be <= {maximum}, got {show(out)}")
+    return out
 
 
 def check_real(name: str, value: Any, *, positive: bool = False) -> float:

@@ -240,7 +240,10 @@ def _stream_npy(req: Request, dtype: str, path: Path) -> bool:
 
     def part(lo: int, n: int) -> np.ndarray:
         off = req.offset + lo
-        return _api.table(n, dim, preset=req.preset, offset=off, dtype=dtype, **req.options)
+        out: np.ndarray = _api.table(
+            n, dim, preset=req.preset, offset=off, dtype=dtype, **req.options
+        )
+        return out
 
     part(rows - 1, 1)  # the far end passes every check (range, accuracy) before the file
     bar = _Bar(f"posenc table {req.preset}")

@@ -162,7 +162,8 @@ def _as_float64(array: Any) -> np.ndarray:
     if isinstance(array, np.ndarray):
         with np.errstate(invalid="ignore"):  # signalling NaNs from a damaged file stay NaN
             return array.astype(np.float64)
-    return array.detach().cpu().double().numpy()
+    out: np.ndarray = array.detach().cpu().double().numpy()
+    return out
 
 
 def _text(path: Path, array: Any, fmt: str, meta: dict[str, Any]) -> None:

@@ -200,7 +200,8 @@ def heatmap(
 def similarity_by_distance(pe: np.ndarray) -> np.ndarray:
     """Cosine similarity of position 0 with position k, for every k."""
     norms = np.linalg.norm(pe, axis=1)
-    return (pe @ pe[0]) / np.maximum(norms * norms[0], 1e-300)
+    out: np.ndarray = (pe @ pe[0]) / np.maximum(norms * norms[0], 1e-300)
+    return out
 
 
 @_styled
@@ -226,7 +227,8 @@ def cells(pe: np.ndarray, shape: tuple[int, ...], tokens: str = "row-major") -> 
 
 def _cosine(body: np.ndarray, ref: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(body, axis=-1) * np.linalg.norm(ref)
-    return body @ ref / np.maximum(norms, 1e-300)
+    out: np.ndarray = body @ ref / np.maximum(norms, 1e-300)
+    return out
 
 
 @_styled

@@ -31,7 +31,7 @@ class _Tracked(nn.Module):
         self._dtype, self._device = probe.dtype, probe.device
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _Tracked:
-        super()._apply(fn, recurse)
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         probe = fn(torch.empty(0, dtype=self._dtype, device=self._device))
         if (probe.dtype, probe.device) != (self._dtype, self._device):
             self._dtype, self._device = probe.dtype, probe.device
@@ -63,7 +63,9 @@ class _Module(_Tracked):
         self.options = dict(options)
         self.enc = p.resolve(self.options, grid=grid)
         self.label = p.label(self.options)  # how errors name the preset and its options
-        self._register_load_state_dict_pre_hook(check_saved_tables, with_module=True)
+        self._register_load_state_dict_pre_hook(  # type: ignore[no-untyped-call]
+            check_saved_tables, with_module=True
+        )
 
     def _expected_table(self, rows: int) -> np.ndarray | str:
         """This module's own ``[rows, width]`` table in float64, to compare a checkpoint's
@@ -82,7 +84,8 @@ def _traceable(plan: Plan) -> Plan:
 
 
 def _api_device(device: Any) -> torch.device:
-    return check_device(torch, "cpu" if device is None else device)
+    out: torch.device = check_device(torch, "cpu" if device is None else device)
+    return out
 
 
 class _Cached(_Module):
@@ -128,7 +131,7 @@ class _Cached(_Module):
     def _span(self, start: int, length: Any, dtype: torch.dtype, device: Any) -> Tensor:
         """Rows ``start … start + length - 1``: a run of positions, evaluated as a table
         (every evaluator's fastest form; ``length`` may be symbolic under tracing)."""
-        return _api.evaluate_span(
+        out: Tensor = _api.evaluate_span(
             self._plan,
             float(start),
             length,
@@ -136,14 +139,16 @@ class _Cached(_Module):
             device=device,
             padding_idx=self.enc.padding_idx,
         )
+        return out
 
     def _moved(self) -> None:
         self.reset_parameters()
 
     def _computed(self, pos: Positions, dtype: torch.dtype) -> Tensor:
-        return _api.evaluate_points(
+        out: Tensor = _api.evaluate_points(
             self._plan, pos, coords=False, dtype=dtype, padding_idx=self.enc.padding_idx
         )
+        return out
 
     def _expected_table(self, rows: int) -> np.ndarray | str:
         return self._span(0, rows, torch.float64, torch.device("cpu")).numpy()
@@ -152,7 +157,7 @@ class _Cached(_Module):
         """The kept table in ``dtype`` when it covers ``length`` rows on ``device``. Activations
         in another dtype than the module's (autocast, a float32 module before a bf16 block)
         get a table of their own, correctly rounded and built once, in eager mode."""
-        if torch.compiler.is_exporting() or torch.jit.is_tracing():
+        if torch.compiler.is_exporting() or torch.jit.is_tracing():  # type: ignore[attr-defined,no-untyped-call]
             return None  # first: a size test would specialise the export or the trace
         if device != self._device or length > self.cached_length:
             return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
@@ -58,9 +58,13 @@ class Timesteps(_Module):
     def forward(self, timesteps: Tensor) -> Tensor:
         """The embedding of ``timesteps`` (``[*]``, integer or real): ``[*, dim]``."""
         pos = as_positions(timesteps, "timesteps")
-        return _api.evaluate_points(
+        out: Tensor = _api.evaluate_points(
             self._plan, pos, coords=False, dtype=self._dtype, padding_idx=None
         )
+        return out
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
 
     def extra_repr(self) -> str:
         return f"{self.dim}, " + ", ".join(f"{k}={v!r}" for k, v in self.options.items())

@@ -15,7 +15,7 @@ Shapes: ``b`` batch, ``h`` heads, ``s`` sequence, ``d`` head channels, ``t`` pac
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from torch import Tensor
@@ -164,6 +164,28 @@ class RotaryEmbedding(_Tracked):
         """Forget the kept tables (``nn.Module`` convention; they hold no learned state)."""
         self._moved()
 
+    @overload
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        positions: Tensor | None = ...,
+        *,
+        offset: int | Tensor = ...,
+        cu_seqlens: Tensor | None = ...,
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(
+        self,
+        q: Tensor,
+        k: None = ...,
+        positions: Tensor | None = ...,
+        *,
+        offset: int | Tensor = ...,
+        cu_seqlens: Tensor | None = ...,
+    ) -> tuple[Tensor, None]: ...
+
     def forward(
         self,
         q: Tensor,
@@ -193,6 +215,9 @@ class RotaryEmbedding(_Tracked):
         parts = (c, c, s, s)
         q = rotate(q, self.dim, self.pairing, parts)
         return q, None if k is None else rotate(k, self.dim, self.pairing, parts)
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
 
     @property
     def _seq_axis(self) -> int:
@@ -323,7 +348,10 @@ class RotaryEmbedding(_Tracked):
             if high - low < WINDOW // 2:
                 start, table = self._near(low, work, device)
                 return table[pos.values - start]
-        return _api.evaluate_points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
+        out: Tensor = _api.evaluate_points(
+            plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None
+        )
+        return out
 
     def _span(self, start: int, length: Any, work: torch.dtype, device: torch.device) -> Tensor:
         """Rows ``start … start + length - 1``, ``[1, length, dim]``."""
@@ -333,21 +361,25 @@ class RotaryEmbedding(_Tracked):
             )
         if tracing():
             plan = self._plan_at(None)
-            out = _api.evaluate_span(plan, float(start), length, dtype=work, device=device)
-            return out.unsqueeze(0)
+            traced: Tensor = _api.evaluate_span(
+                plan, float(start), length, dtype=work, device=device
+            )
+            return traced.unsqueeze(0)
         plan = self._plan_at(start + length - 1)
         if plan is self._plan and start + length <= self.cached_length:
             return self._kept(work, device)[start : start + length].unsqueeze(0)
         if plan is self._plan and 0 < length < WINDOW // 2:
             first, table = self._near(start, work, device)
             return table[start - first : start - first + length].unsqueeze(0)
-        return _api.evaluate_span(plan, float(start), length, dtype=work, device=device)[None]
+        rows: Tensor = _api.evaluate_span(plan, float(start), length, dtype=work, device=device)
+        return rows[None]
 
     def _kept(self, work: torch.dtype, device: torch.device) -> Tensor:
         """The table of the first ``cached_length`` positions, built on first use."""
         if device != self._device:
-            return _api.evaluate_span(self._plan, 0.0, self.cached_length, dtype=work,
+            out: Tensor = _api.evaluate_span(self._plan, 0.0, self.cached_length, dtype=work,
                                       device=device)  # fmt: skip
+            return out
         table = self._cache.get(work)
         if table is None:
             table = self._cache[work] = _api.evaluate_span(
@@ -453,6 +485,9 @@ class HFRotaryEmbedding(_Tracked):
         if self.form == "complex":
             return torch.complex(both[..., :w], both[..., w:])
         return both[..., :w], both[..., w:]
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
 
     def _remember(self, seq_len: int) -> int:
         """transformers' dynamic update: grow past the longest length seen, reset below the

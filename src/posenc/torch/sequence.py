@@ -7,7 +7,7 @@ Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
 from __future__ import annotations
 
 import math  # noqa: F401  (the examples use it)
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -66,7 +66,8 @@ def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
     count = int(cu[-1]) if total is None else total
     tokens = torch.arange(count, device=cu.device)
     doc = torch.searchsorted(cu[1:], tokens, right=True)
-    return tokens - cu.index_select(0, doc)
+    out: Tensor = tokens - cu.index_select(0, doc)
+    return out
 
 
 def offset_positions(offset: Tensor, batch: int, length: Any, device: Any) -> Positions:
@@ -116,9 +117,10 @@ def encode(
         >>> posenc.torch.encode(ids, 64).shape
         torch.Size([2, 5, 64])
     """
-    return _api.encode(
+    out: Tensor = _api.encode(
         positions, dim, preset=preset, dtype=dtype or torch.get_default_dtype(), **options
     )
+    return out
 
 
 class PositionalEncoding(_Cached):
@@ -202,7 +204,11 @@ class PositionalEncoding(_Cached):
         pe = self.encoding(x, positions, offset=offset, cu_seqlens=cu_seqlens)
         if self.input_scale != 1.0:
             x = x * self.input_scale
-        return self.dropout(x + pe)
+        out: Tensor = self.dropout(x + pe)
+        return out
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
 
     def encoding(
         self,
@@ -344,3 +350,6 @@ class SinusoidalEmbedding(_Cached):
         else:
             pos = input
         return self._rows(pos, dtype)
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward

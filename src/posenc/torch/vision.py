@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -137,6 +137,9 @@ class GridEncoding(_Module):
             )
         return x + self.encoding(grid, dtype=x.dtype, device=x.device)
 
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
+
     def extra_repr(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
         if self.pos_embed_max_size is not None:
@@ -210,7 +213,11 @@ class DetrSineEncoding(_Module):
                     f"got {getattr(pixel_mask, 'dtype', type(pixel_mask).__name__)}"
                 )
             mask = pixel_mask == 0
-        return _api.evaluate_detr(self._plan, self.enc, mask, dtype=self._dtype)
+        out: Tensor = _api.evaluate_detr(self._plan, self.enc, mask, dtype=self._dtype)
+        return out
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
 
     def extra_repr(self) -> str:
         return f"num_pos_feats={self.num_pos_feats}, " + ", ".join(
