@@ -188,12 +188,13 @@ def test_compile_dynamic_does_not_recompile_for_new_lengths():
     m = PositionalEncoding(32, cached_length=64).eval()
     counter = _counter()
     cm = torch.compile(m, fullgraph=True, dynamic=True, backend=counter)
-    for length in (3, 5, 17, 40, 64):  # within the cache: one graph
-        cm(torch.randn(2, length, 32))
+    # within the cache, across its end and far past it: one graph (kept rows, then the
+    # computed rest), every row the paper's table written from the formula
+    for length in (3, 5, 17, 40, 63, 64, 65, 66, 100, 1000, 2):
+        x = torch.randn(2, length, 32)
+        got = (cm(x) - x).double().numpy()
+        np.testing.assert_allclose(got[1], ref.vaswani(length, 32), rtol=0, atol=3e-7)
     assert counter.frame_count == 1
-    for length in (65, 100, 1000):  # beyond it: one more graph, computed rows
-        cm(torch.randn(2, length, 32))
-    assert counter.frame_count == 2
     positions = torch.compile(
         lambda x, p: m(x, p), fullgraph=True, dynamic=True, backend=(c2 := _counter())
     )

@@ -166,6 +166,28 @@ class _Cached(_Module):
             table = self._tables[dtype] = self._build(dtype)
         return table
 
+    def _traced_span(
+        self, start: int, length: Any, dtype: torch.dtype, device: torch.device
+    ) -> Tensor | None:
+        """Under ``torch.compile``: rows ``start … start + length - 1`` as the kept rows that
+        cover them, then the computed rest, with no test on the (symbolic) length, so one
+        graph serves every length, inside the cache and past it. ``None`` when no table is
+        kept for ``dtype`` on ``device`` (or when exporting: the export keeps no table)."""
+        compiler = torch.compiler
+        if not compiler.is_compiling() or compiler.is_exporting() or device != self._device:
+            return None  # torch.jit.trace records sizes as constants: the eager path suits it
+        table = self._tables.get(dtype)
+        if table is None:
+            return None
+        cached = self.cached_length
+        if start >= cached:
+            return self._span(start, length, dtype, device)
+        kept = torch.sym_min(start + length, cached) - start  # type: ignore[no-untyped-call]
+        # the computed rest is 2 rows longer than needed and cut after: a size that can be 0
+        # or 1 would be tested (and specialised) by the compiler
+        tail = self._span(cached, length - kept + 2, dtype, device)
+        return torch.cat([table[start : start + kept], tail])[:length]
+
     def _rows(self, positions: Tensor | Positions, dtype: torch.dtype) -> Tensor:
         """Rows for explicit positions (checked once): eager integer positions inside the
         table are gathered from it (the same bits: the table is the core's); others are

@@ -244,8 +244,13 @@ class PositionalEncoding(_Cached):
             pe = self._rows(rows, x.dtype)
         else:
             start = 0 if offset is None else check_int("offset", offset)
-            table = self._cache_for(start + length, x.dtype, x.device)
-            if table is not None:
+            traced = self._traced_span(start, length, x.dtype, x.device)
+            table = (
+                None if traced is not None else self._cache_for(start + length, x.dtype, x.device)
+            )
+            if traced is not None:
+                pe = traced
+            elif table is not None:
                 pe = table[start : start + length]
             else:
                 pe = self._span(start, length, x.dtype, x.device)
