@@ -91,8 +91,7 @@ def run(out_dir: Path, *, force: bool) -> int:
         "posenc.grid((14, 14), 768, preset='mae', cls_token=True)",
     )
     body = grid[1:]
-    ref = body[7 * 14 + 7]
-    nb = body @ ref / (np.linalg.norm(body, axis=1) * np.linalg.norm(ref))
+    nb = plots.cosine(body, body[7 * 14 + 7])
     lines.append(
         "patch.png: MAE 14x14 grid (d=768); cell (7,7) vs its right neighbour "
         f"{nb[7 * 14 + 8]:.3f}, "

@@ -38,23 +38,39 @@ DPI = 110
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@contextlib.contextmanager
+def style() -> Iterator[None]:
+    """:data:`STYLE` in force (matplotlib reads most settings when an artist is made)."""
+    mpl = need("matplotlib", "plot", "plotting")
+    with mpl.rc_context(STYLE):
+        yield
+
+
 def _styled(draw: F) -> F:
-    """Draw under :data:`STYLE` (matplotlib reads most settings when an artist is made)."""
+    """Draw under :func:`style`."""
 
     @functools.wraps(draw)
     def inner(*args: Any, **kwargs: Any) -> Any:
-        mpl = need("matplotlib", "plot", "plotting")
-        with mpl.rc_context(STYLE):
+        with style():
             return draw(*args, **kwargs)
 
     return inner  # type: ignore[return-value]
 
 
-def _figure(title: str, subtitle: str, width: float = 7.5, height: float = 4.0) -> Any:
-    figure = need("matplotlib.figure", "plot", "plotting")
-    fig = figure.Figure(figsize=(width, height), layout="constrained")
+def panels(title: str, rows: int, cols: int, width: float, height: float, **kw: Any) -> Any:
+    """A titled figure of ``rows x cols`` axes (``kw``: ``sharey`` and the like), in the house
+    style when called inside :func:`style`."""
+    figure_module = need("matplotlib.figure", "plot", "plotting")
+    fig = figure_module.Figure(figsize=(width, height), layout="constrained")
     fig.suptitle(title, fontweight="bold", fontsize=10)
-    ax = fig.add_subplot()
+    return fig, fig.subplots(rows, cols, squeeze=False, **kw)
+
+
+def figure(title: str, subtitle: str = "", width: float = 7.5, height: float = 4.0) -> Any:
+    """A titled figure and its one axes, the posenc call (``subtitle``) in small type above
+    the data; in the house style when called inside :func:`style`."""
+    fig, axes = panels(title, 1, 1, width, height)
+    ax = axes[0, 0]
     if subtitle:
         ax.set_title(subtitle, loc="left", color="0.35", fontsize=7.5)
     return fig, ax
@@ -147,7 +163,7 @@ def curves(
     ch: Channels | None = None,
 ) -> Any:
     """Selected channels against position: the classic picture."""
-    fig, ax = _figure(title, subtitle)
+    fig, ax = figure(title, subtitle)
     x = offset + np.arange(pe.shape[0])
     for d in dims:
         label = f"channel {d}"
@@ -169,7 +185,7 @@ def heatmap(
     ch: Channels | None = None,
 ) -> Any:
     """Every channel of every position, with the blocks of sines and cosines marked."""
-    fig, ax = _figure(title, subtitle)
+    fig, ax = figure(title, subtitle)
     image = ax.imshow(pe.T, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-1, vmax=1)
     ax.grid(False)
     ax.set(xlabel=xlabel, ylabel="channel")
@@ -197,17 +213,22 @@ def heatmap(
     return fig
 
 
+def cosine(body: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of ``body`` (along its last axis) with ``ref``."""
+    norms = np.linalg.norm(body, axis=-1) * np.linalg.norm(ref)
+    out: np.ndarray = body @ ref / np.maximum(norms, 1e-300)
+    return out
+
+
 def similarity_by_distance(pe: np.ndarray) -> np.ndarray:
     """Cosine similarity of position 0 with position k, for every k."""
-    norms = np.linalg.norm(pe, axis=1)
-    out: np.ndarray = (pe @ pe[0]) / np.maximum(norms * norms[0], 1e-300)
-    return out
+    return cosine(pe, pe[0])
 
 
 @_styled
 def similarity(tables: dict[str, np.ndarray], title: str, subtitle: str = "") -> Any:
     """Similarity of two positions as a function of their distance, one curve per table."""
-    fig, ax = _figure(title, subtitle)
+    fig, ax = figure(title, subtitle)
     for label, pe in tables.items():
         ax.plot(np.arange(pe.shape[0]), similarity_by_distance(pe), label=label)
     ax.set(xlabel="distance k between positions", ylabel="cos-similarity of PE(p), PE(p+k)")
@@ -225,12 +246,6 @@ def cells(pe: np.ndarray, shape: tuple[int, ...], tokens: str = "row-major") -> 
     return flipped.transpose(*range(len(shape) - 1, -1, -1), len(shape))
 
 
-def _cosine(body: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(body, axis=-1) * np.linalg.norm(ref)
-    out: np.ndarray = body @ ref / np.maximum(norms, 1e-300)
-    return out
-
-
 @_styled
 def axis_similarity(
     pe: np.ndarray,
@@ -242,10 +257,10 @@ def axis_similarity(
     """Grids: similarity of the centre cell to the cells on each axis line through it."""
     grid = cells(pe, shape, tokens)
     centre = tuple(n // 2 for n in shape)
-    fig, ax = _figure(title, subtitle)
+    fig, ax = figure(title, subtitle)
     for a, (n, style) in enumerate(zip(shape, ("o-", "x--", "s:", "^-."), strict=False)):
         line = grid[tuple(slice(None) if b == a else c for b, c in enumerate(centre))]
-        sim = _cosine(line, grid[centre])
+        sim = cosine(line, grid[centre])
         ax.plot(
             np.arange(n) - centre[a],
             sim,
@@ -269,8 +284,8 @@ def patch_similarity(
 ) -> Any:
     """Similarity of one grid cell's encoding to every cell's, as an image of the grid."""
     grid = cells(pe, shape, tokens)
-    sim = _cosine(grid, grid[cell])
-    fig, ax = _figure(title, subtitle, 5.5, 4.6)
+    sim = cosine(grid, grid[cell])
+    fig, ax = figure(title, subtitle, 5.5, 4.6)
     image = ax.imshow(sim, cmap="viridis", origin="upper")
     ax.grid(False)
     ax.plot(cell[1], cell[0], marker="x", color="red", markersize=10, linestyle="none")
@@ -284,31 +299,9 @@ def error_by_position(
     errors: dict[str, tuple[np.ndarray, np.ndarray]], title: str, subtitle: str = ""
 ) -> Any:
     """Max error against position, log-log, one curve per implementation."""
-    fig, ax = _figure(title, subtitle)
+    fig, ax = figure(title, subtitle)
     for label, (pos, err) in errors.items():
         ax.loglog(pos, np.maximum(err, 1e-12), marker="o", markersize=3, label=label)
     ax.set(xlabel="position", ylabel="max |error| against the exact value")
     _legend_outside(ax)
     return fig
-
-
-@contextlib.contextmanager
-def style() -> Iterator[None]:
-    """:data:`STYLE` for figures drawn outside this module (the gallery's own)."""
-    mpl = need("matplotlib", "plot", "plotting")
-    with mpl.rc_context(STYLE):
-        yield
-
-
-def figure(title: str, subtitle: str = "", width: float = 7.5, height: float = 4.0) -> Any:
-    """An empty figure and its axes in the house style (call inside :func:`style`)."""
-    return _figure(title, subtitle, width, height)
-
-
-def panels(title: str, rows: int, cols: int, width: float, height: float, **kw: Any) -> Any:
-    """A titled figure of ``rows x cols`` axes (``kw``: ``sharey`` and the like), in the house
-    style when called inside :func:`style`."""
-    figure_module = need("matplotlib.figure", "plot", "plotting")
-    fig = figure_module.Figure(figsize=(width, height), layout="constrained")
-    fig.suptitle(title, fontweight="bold", fontsize=10)
-    return fig, fig.subplots(rows, cols, squeeze=False, **kw)

@@ -166,21 +166,20 @@ class _Cached(_Module):
             table = self._tables[dtype] = self._build(dtype)
         return table
 
-    def _traced_span(
-        self, start: int, length: Any, dtype: torch.dtype, device: torch.device
-    ) -> Tensor | None:
-        """Under ``torch.compile``: rows ``start … start + length - 1`` as the kept rows that
-        cover them, then the computed rest, with no test on the (symbolic) length, so one
-        graph serves every length, inside the cache and past it. ``None`` when no table is
-        kept for ``dtype`` on ``device`` (or when exporting: the export keeps no table)."""
+    def _run(self, start: int, length: Any, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """Rows ``start … start + length - 1``. Eager: a slice of the kept table when it covers
+        them, else computed. Under ``torch.compile``: the kept rows that cover the start, then
+        the computed rest, with no test on the (symbolic) length, so one graph serves every
+        length, inside the cache and past it. Exports and ``torch.jit.trace`` keep no table."""
         compiler = torch.compiler
-        if not compiler.is_compiling() or compiler.is_exporting() or device != self._device:
-            return None  # torch.jit.trace records sizes as constants: the eager path suits it
-        table = self._tables.get(dtype)
-        if table is None:
-            return None
+        if not compiler.is_compiling() or compiler.is_exporting():
+            table = self._cache_for(start + length, dtype, device)
+            if table is not None:
+                return table[start : start + length]
+            return self._span(start, length, dtype, device)
+        table = self._tables.get(dtype) if device == self._device else None
         cached = self.cached_length
-        if start >= cached:
+        if table is None or start >= cached:
             return self._span(start, length, dtype, device)
         kept = torch.sym_min(start + length, cached) - start  # type: ignore[no-untyped-call]
         # the computed rest is 2 rows longer than needed and cut after: a size that can be 0

@@ -244,16 +244,7 @@ class PositionalEncoding(_Cached):
             pe = self._rows(rows, x.dtype)
         else:
             start = 0 if offset is None else check_int("offset", offset)
-            traced = self._traced_span(start, length, x.dtype, x.device)
-            table = (
-                None if traced is not None else self._cache_for(start + length, x.dtype, x.device)
-            )
-            if traced is not None:
-                pe = traced
-            elif table is not None:
-                pe = table[start : start + length]
-            else:
-                pe = self._span(start, length, x.dtype, x.device)
+            pe = self._run(start, length, x.dtype, x.device)
         if pe.ndim == 3 and not self.batch_first:
             return pe.transpose(0, 1)
         return pe if self.batch_first or pe.ndim == 3 else pe.unsqueeze(1)
