@@ -47,6 +47,10 @@ def main() -> None:
     other = y.reshape(8, 4096, 512).repeat(1, 1, 2)
     xb, yb = x.bfloat16(), y.bfloat16()
     moved = PositionalEncoding(1024).eval().to(torch.bfloat16)
+    # compiled with dynamic=True: inside the 2048 kept rows, and past them (2560 rows)
+    compiled = torch.compile(PositionalEncoding(1024).eval(), dynamic=True, fullgraph=True)
+    add = torch.compile(lambda a, b: a + b, dynamic=True, fullgraph=True)
+    long_x, long_pe = torch.randn(8, 2560, 1024), torch.from_numpy(posenc.table(2560, 1024))
     print(f"torch {torch.__version__}, x {tuple(x.shape)} float32\n")
     print("| threads | job | median ms | ratio |")
     print("|---:|---|---:|---:|")
@@ -76,6 +80,15 @@ def main() -> None:
                 f"| {threads} | bf16: float32 module, bf16 x (autocast) | {mixed:.1f} | "
                 f"{mixed / bare:.2f} |"
             )
+            for label, xs, table in (("", x, pe), (", 2560 rows", long_x, long_pe)):
+                add(xs, table), compiled(xs)  # compile outside the timing
+                bare = median_ms(lambda: add(xs, table), args.repeats)  # noqa: B023
+                ours = median_ms(lambda: compiled(xs), args.repeats)  # noqa: B023
+                print(f"| {threads} | compiled: bare x + pe{label} | {bare:.1f} | 1.00 |")
+                print(
+                    f"| {threads} | compiled: PositionalEncoding(x){label} | {ours:.1f} | "
+                    f"{ours / bare:.2f} |"
+                )
             bare = median_ms(lambda: tokens + other, args.repeats)
             ours = median_ms(lambda: grid(tokens, (64, 64)), args.repeats)
             print(f"| {threads} | grid: bare x + y, [8, 4096, 1024] | {bare:.1f} | 1.00 |")
