@@ -386,3 +386,106 @@ def test_bfloat16_tables_correctly_rounded_at_any_amplitude(factor):
         toward = torch.where(truth > near, np.inf, -np.inf).to(torch.bfloat16)
         step = (torch.nextafter(got, toward).double() - near).abs()  # on the truth's side
         assert bool((err <= step / 2 * (1 + 2**-20)).all()), float((err / step).max())
+
+
+# no host synchronisation, no copy from the host (issue 13, item 4)
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
+from tests.module_calls import calls  # noqa: E402
+
+CALLS = [name for name, *_ in calls("meta")]
+
+
+class _HostTraffic(TorchDispatchMode):
+    """Records what would make an accelerator wait or break a CUDA graph: a value read on
+    the host (``.item()``, ``int(t)``, ``bool(t)``: ``_local_scalar_dense``) and a tensor with
+    data on the CPU entering an operation (a copy from the host)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.seen.append("a value read on the host")
+        elif any(t.device.type == "cpu" and t.ndim for t in leaves):
+            self.seen.append(f"{func} of a CPU tensor")
+        return func(*args, **kwargs)
+
+
+@pytest.fixture
+def host_made(monkeypatch):
+    """Tensors made from host data on another device (torch.tensor and torch.as_tensor do
+    not pass through dispatch modes)."""
+    made: list[str] = []
+    for name in ("tensor", "as_tensor"):
+        original = getattr(torch, name)
+
+        def wrapper(*args, _original=original, _name=name, **kwargs):
+            out = _original(*args, **kwargs)
+            if out.device.type != "cpu":
+                made.append(f"torch.{_name} on {out.device}")
+            return out
+
+        monkeypatch.setattr(torch, name, wrapper)
+    return made
+
+
+@pytest.mark.parametrize("name", CALLS)
+def test_forwards_read_nothing_on_the_host_and_copy_nothing_to_the_device(name, host_made):
+    """Every module with every input kind, on a device other than the CPU (meta here, which
+    has no values to read: every module takes its accelerator path there): after a first
+    call, a forward reads no value on the host and copies nothing from it (constants are
+    kept on the device), so it neither waits for the device nor breaks a CUDA graph. The
+    same checks still run: on the device, in the stream."""
+    _, module, args, kwargs = next(c for c in calls("meta") if c[0] == name)
+    first = module(*args, **kwargs)
+    host_made.clear()
+    with _HostTraffic() as mode:
+        again = module(*args, **kwargs)
+    assert mode.seen == []
+    assert host_made == []
+    for a, b in zip(tree_leaves(first), tree_leaves(again), strict=True):
+        assert (a.shape, a.dtype, a.is_meta) == (b.shape, b.dtype, True)
+
+
+@pytest.mark.parametrize("name", CALLS)
+def test_every_module_and_input_kind_compiles_to_one_graph(name):
+    """torch.compile(fullgraph=True), capture_scalar_outputs off (the default): no graph
+    break, no host read, for every module and input kind; values as eager's."""
+    torch._dynamo.reset()
+    assert not torch._dynamo.config.capture_scalar_outputs
+    _, module, args, kwargs = next(c for c in calls("cpu") if c[0] == name)
+    want = module(*args, **kwargs)
+    got = torch.compile(module, fullgraph=True, backend="aot_eager")(*args, **kwargs)
+    for a, b in zip(tree_leaves(want), tree_leaves(got), strict=True):
+        assert (a.shape, a.dtype) == (b.shape, b.dtype)
+        assert (a.double() - b.double()).abs().max() <= 2 * torch.finfo(a.dtype).eps
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"offset": torch.tensor([3, -1])}, "`offset` must be >= 0"),
+        ({"cu_seqlens": torch.tensor([1, 3, 8])}, "`cu_seqlens` must start at 0"),
+        ({"cu_seqlens": torch.tensor([0, 5, 3, 8])}, "never decrease"),
+        ({"cu_seqlens": torch.tensor([0, 3, 7])}, "end at the number of tokens 8"),
+    ],
+)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_offsets_and_boundaries_are_checked_compiled_too(kwargs, message, compiled):
+    """The checks that eager mode makes on the host are made in the graph when compiled:
+    a negative offset and cu_seqlens that do not start at 0, decrease or do not end at the
+    token count are errors either way, never accepted silently."""
+    torch._dynamo.reset()
+    m = PositionalEncoding(16)
+    packed = "cu_seqlens" in kwargs
+    x = torch.zeros(8, 16) if packed else torch.zeros(2, 4, 16)
+    run = torch.compile(m, fullgraph=True, backend="aot_eager") if compiled else m
+    error = RuntimeError if compiled else posenc.PosencError
+    with pytest.raises(error, match=message):
+        run(x, **kwargs)

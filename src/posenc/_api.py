@@ -227,12 +227,13 @@ def evaluate_span(
     device: Any,
     like: Any = None,
     padding_idx: int | None = None,
+    on_device: bool = False,
 ) -> Any:
     """Rows ``start … start + length - 1`` under a resolved 1D plan: the evaluation half of
     :func:`table`, which modules call for a run of positions (a table is every evaluator's
     fastest form). Under tracing ``length`` may be symbolic; the checks then wait for eager
-    calls."""
-    ev = evaluator(like=like, dtype=dtype, device=device)
+    calls. ``on_device``: see :func:`posenc._evaluate.evaluator`."""
+    ev = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
     prog = Progression(start, 1.0, length)
     if not tracing():
         _check(pl, prog.bound, "`offset` and `length`", ev)
@@ -401,10 +402,12 @@ def evaluate_points(
     ``[*s, width]``: the evaluation half of :func:`encode`, which modules call directly."""
     x = pos.values
     lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
-    ev = evaluator(like=x, dtype=dtype)
+    # positions not read on the host (traced, or a module's on an accelerator) are evaluated
+    # where they are, and the accuracy rule is checked there
+    ev = evaluator(like=x, dtype=dtype, on_device=pos.bound is None)
     _check(pl, pos.bound, "`positions`", ev)
-    if pos.bound is None and is_torch(x) and not x.is_meta and pl.constants.largest > 0:
-        c = pl.constants  # traced: the accuracy rule goes into the graph
+    if pos.bound is None and is_torch(x) and pl.constants.largest > 0:
+        c = pl.constants
         if not c.exact:
             assert_traced(x, c.angle_rule, min(MAX_POSITION, ANGLE_LIMIT / c.largest))
         if ev.float32_only:
@@ -551,13 +554,14 @@ def evaluate_grid(
     device: Any,
     like: Any,
     crop_from: tuple[int, ...] | None = None,
+    on_device: bool = False,
 ) -> Any:
     """The evaluation half of :func:`grid`: a resolved plan over a checked grid size (the
     centred crop of a ``crop_from`` grid, if given)."""
     nd = len(dims)
     axes = grid_axes(enc, dims, crop_from)
     order = list(range(nd)) if enc.tokens == "row-major" else list(range(nd))[::-1]
-    ev = evaluator(like=like, dtype=dtype, device=device)
+    ev = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
     _check(pl, max([a.bound for a in axes] + [0.0]), _GRID_POSITIONS, ev)
     return ev.grid(pl, axes, order, extra=enc.extra_tokens)
 
@@ -638,7 +642,9 @@ def detr(
     return evaluate_detr(pl, enc, mask, dtype=dtype)
 
 
-def evaluate_detr(pl: Plan, enc: Encoding, mask: Any, *, dtype: Any) -> Any:
+def evaluate_detr(
+    pl: Plan, enc: Encoding, mask: Any, *, dtype: Any, on_device: bool = False
+) -> Any:
     """The evaluation half of :func:`detr`."""
     if not (is_torch(mask) or array_namespace(mask) is not None):
         mask = _numpy_mask(mask)
@@ -648,7 +654,7 @@ def evaluate_detr(pl: Plan, enc: Encoding, mask: Any, *, dtype: Any) -> Any:
             f"{tuple(mask.shape)}"
         )
     coords = detr_coordinates(ops_for(mask), mask, enc.normalize)
-    ev = evaluator(like=coords, dtype=dtype)
+    ev = evaluator(like=coords, dtype=dtype, on_device=on_device)
     _check(pl, 1.0 if enc.normalize else float(max(mask.shape[1:])), "`mask`", ev)
     out = ev.points(pl, ops_for(coords).reshape(coords, (-1, 2)), not enc.normalize)
     ops = ops_for(out)

@@ -23,7 +23,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ._cache import BoundedCache, nbytes
 from ._validate import PosencError, check_device, check_int
+from ._validate import tracing as _tracing
 
 _NUMPY_FLOATS = ("float16", "float32", "float64")
 
@@ -511,6 +513,11 @@ class NumpyOps:
         return np.arange(n, dtype=dtype or np.float64)
 
 
+DEVICE_CONSTANTS = BoundedCache(64 << 20)
+"""The direct formula's constants (frequencies, column orders) on devices other than the CPU,
+by value, dtype and device."""
+
+
 class TorchOps:
     """:class:`Ops` for PyTorch tensors; every op traces under ``torch.compile`` and export,
     and runs on meta tensors (shapes and dtypes only)."""
@@ -525,7 +532,18 @@ class TorchOps:
         )
 
     def asarray(self, values: Any, dtype: Any, like: Any) -> Any:
-        return self.torch.tensor(values, dtype=dtype, device=like.device)
+        """Constants (tuples of Python numbers). Eager on a device other than the CPU they
+        are made once and kept there (:data:`DEVICE_CONSTANTS`): a copy from the host on
+        every call would wait for it, and a CUDA graph cannot capture one."""
+        t, device = self.torch, like.device
+        if device.type == "cpu" or _tracing() or not isinstance(values, tuple):
+            return t.tensor(values, dtype=dtype, device=device)
+
+        def make() -> Any:
+            with t.inference_mode(False):  # usable by autograd outside inference mode too
+                return t.tensor(values, dtype=dtype, device=device)
+
+        return DEVICE_CONSTANTS.get_or_make((values, dtype, device), make, nbytes)
 
     def astype(self, x: Any, dtype: Any) -> Any:
         return x.to(dtype)

@@ -4,12 +4,13 @@
 returns one of three evaluators with the same two methods (``grid`` for tables and grids,
 ``points`` for position arrays):
 
-- :class:`Engine`: NumPy, and eager PyTorch on a real device: the fast exact engine
-  (:mod:`posenc._engine`); a torch float16 request on the CPU runs on NumPy, whose float64 to
-  float16 cast rounds once;
+- :class:`Engine`: NumPy, and eager PyTorch on a real device (for modules, the CPU): the fast
+  exact engine (:mod:`posenc._engine`); a torch float16 request on the CPU runs on NumPy,
+  whose float64 to float16 cast rounds once;
 - :class:`Direct`: the formula in plain array operations (:mod:`posenc._direct`): in float64
-  for ``torch.compile``, meta tensors (meta in, meta out), JAX with x64 and other Array API
-  libraries; in float32 alone (:mod:`posenc._float32`) for ``torch.export``, ONNX and MPS;
+  for ``torch.compile``, meta tensors (meta in, meta out), module forwards on an accelerator
+  (nothing read on or copied from the host), JAX with x64 and other Array API libraries;
+  in float32 alone (:mod:`posenc._float32`) for ``torch.export``, ONNX and MPS;
 - :class:`JaxX32`: JAX with x64 off, whose devices have no float64: concrete arrays and grids
   on the NumPy engine (bit for bit the NumPy path), traced positions in float32 alone on the
   device.
@@ -170,13 +171,18 @@ class JaxX32(_Output):
 Evaluator = Engine | Direct | JaxX32
 
 
-def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Evaluator:
+def evaluator(
+    *, like: Any = None, dtype: Any = None, device: Any = None, on_device: bool = False
+) -> Evaluator:
     """How to evaluate a request whose result follows ``like`` (the positions, or the
     ``like=`` argument), in ``dtype`` on ``device``.
 
-    NumPy (or nothing): the engine. torch: the engine when eager on a real device, the direct
-    formula when traced, exported or on meta and MPS. JAX without x64: :class:`JaxX32`; with
-    x64: direct. Any other Array API library: direct.
+    NumPy (or nothing): the engine. torch: the engine when eager on the CPU, or on another
+    device for the public functions; the direct formula when traced, exported, on meta and
+    MPS, and for ``on_device`` requests (module forwards) on an accelerator, where every
+    operation then stays on the device: no host read, no copy from the host (constants are
+    kept there), so the call does not wait for the device and a CUDA graph can capture it.
+    JAX without x64: :class:`JaxX32`; with x64: direct. Any other Array API library: direct.
     """
     xp = array_namespace(like)
     if xp is not None:
@@ -189,7 +195,7 @@ def evaluator(*, like: Any = None, dtype: Any = None, device: Any = None) -> Eva
     bk = backend_for(dtype, device, like=like)
     if isinstance(bk, TorchBackend):
         kind = bk.device.type
-        if tracing() or kind in ("meta", "mps"):
+        if tracing() or kind in ("meta", "mps") or (on_device and kind != "cpu"):
             probe = like if is_torch(like) else bk.torch.empty(0, device=bk.device)
             # exported graphs and MPS: no float64 anywhere
             f32 = kind == "mps" or bool(bk.torch.compiler.is_exporting())

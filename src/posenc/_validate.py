@@ -181,8 +181,9 @@ class Positions:
         values: a NumPy array (int64, float32 or float64), a torch tensor (int64 or floating),
             or another Array API library's array.
         integral: integer positions.
-        bound: the largest magnitude, or None where values cannot be read (meta tensors,
-            traced JAX values); such positions are checked where they become known.
+        bound: the largest magnitude, or None where values are not read on the host (traced
+            or meta tensors, a module's tensors on an accelerator, traced JAX values); such
+            positions are checked on the device, or where they become known.
     """
 
     values: Any
@@ -215,12 +216,17 @@ def _checked(name: str, values: Any, integral: bool, low: float, high: float) ->
     return Positions(values, integral, low, high)
 
 
-def as_positions(positions: Any, name: str = "positions") -> Positions:
+def as_positions(positions: Any, name: str = "positions", *, on_device: bool = False) -> Positions:
     """Positions of any library, checked: integers or reals (no bools, complex or objects),
-    finite, within +-2^53; unsigned and narrow integers become int64, float16 float32."""
+    finite, within +-2^53; unsigned and narrow integers become int64, float16 float32.
+
+    ``on_device`` (module forwards): a torch tensor on an accelerator is checked there, by
+    assertions in its stream (:func:`assert_on_device`), and never read on the host, so the
+    call neither waits for the device nor breaks a CUDA graph; its bounds are then unknown.
+    """
     torch = _torch()
     if torch is not None and isinstance(positions, torch.Tensor):
-        return _torch_positions(torch, positions, name)
+        return _torch_positions(torch, positions, name, on_device)
     if hasattr(positions, "__array_namespace__") and not isinstance(
         positions, np.ndarray | np.generic
     ):
@@ -261,15 +267,19 @@ def as_positions(positions: Any, name: str = "positions") -> Positions:
 _TORCH_UNSIGNED = ("uint16", "uint32", "uint64")
 
 
-def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
+def _torch_positions(torch: Any, t: Any, name: str, on_device: bool) -> Positions:
     if t.is_complex() or t.dtype == torch.bool:
         raise PosencError(f"`{name}` must hold integers or real numbers, got {t.dtype}")
     integral = not t.is_floating_point()
-    if t.is_meta or tracing():
+    if t.is_meta or tracing() or (on_device and t.device.type != "cpu"):
         if integral and t.dtype != torch.int64:
-            t = t.to(torch.int64)
-        if not t.is_meta:
-            assert_traced(t, f"`{name}` must be finite and within +-2^53")
+            unsigned = str(t.dtype).rsplit(".", 1)[-1] in _TORCH_UNSIGNED
+            t = t.to(torch.int64)  # a uint64 past 2^63 wraps negative: caught below
+            if unsigned:
+                assert_on_device(t >= 0, f"`{name}` must be within +-2^53")
+        elif not integral and t.dtype.itemsize < 4:
+            t = t.to(torch.float32)
+        assert_traced(t, f"`{name}` must be finite and within +-2^53")
         return Positions(t, integral, None, None)
     if integral:
         if str(t.dtype).rsplit(".", 1)[-1] in _TORCH_UNSIGNED:
@@ -294,11 +304,19 @@ def _torch_positions(torch: Any, t: Any, name: str) -> Positions:
     return _checked(name, t, False, low, high)
 
 
+def assert_on_device(ok: Any, message: str) -> None:
+    """A check of torch values that are not read on the host: every element of the boolean
+    tensor ``ok`` must be true. It runs in the values' stream (``torch._assert_async``), so it
+    neither synchronises nor breaks a CUDA graph, and it is recorded in compiled and exported
+    graphs. A failure raises ``message`` on the CPU and under ``torch.compile``; on CUDA it is
+    a device-side assertion, as for PyTorch's own index checks (fatal to the CUDA context)."""
+    _torch()._assert_async(ok.all(), message)
+
+
 def assert_traced(t: Any, message: str, limit: float = MAX_POSITION) -> None:
-    """A value check of a traced torch tensor, recorded in the graph so it survives
-    ``torch.compile`` and ``torch.export`` (``torch._assert_async``: no host read, and on CUDA
-    no synchronisation): every value finite and of magnitude at most ``limit``."""
-    _torch()._assert_async((t.abs() <= limit).all(), message)
+    """:func:`assert_on_device`: every value of ``t`` finite and of magnitude at most
+    ``limit``."""
+    assert_on_device(t.abs() <= limit, message)
 
 
 def tracing() -> bool:

@@ -138,6 +138,7 @@ class _Cached(_Module):
             dtype=dtype,
             device=device,
             padding_idx=self.enc.padding_idx,
+            on_device=True,
         )
         return out
 
@@ -190,8 +191,13 @@ class _Cached(_Module):
     def _rows(self, positions: Tensor | Positions, dtype: torch.dtype) -> Tensor:
         """Rows for explicit positions (checked once): eager integer positions inside the
         table are gathered from it (the same bits: the table is the core's); others are
-        computed. Traced and meta positions have no known bounds, so they are computed."""
-        pos = positions if isinstance(positions, Positions) else as_positions(positions)
+        computed. Positions not read on the host (traced, meta, or on an accelerator) have no
+        known bounds, so they are computed, on the device."""
+        pos = (
+            positions
+            if isinstance(positions, Positions)
+            else as_positions(positions, on_device=True)
+        )
         if (
             pos.integral
             and pos.low is not None

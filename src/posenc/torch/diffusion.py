@@ -57,7 +57,7 @@ class Timesteps(_Module):
 
     def forward(self, timesteps: Tensor) -> Tensor:
         """The embedding of ``timesteps`` (``[*]``, integer or real): ``[*, dim]``."""
-        pos = as_positions(timesteps, "timesteps")
+        pos = as_positions(timesteps, "timesteps", on_device=True)
         out: Tensor = _api.evaluate_points(
             self._plan, pos, coords=False, dtype=self._dtype, padding_idx=None
         )

@@ -303,11 +303,19 @@ class RotaryEmbedding(_Tracked):
             )
         return p if p.ndim == 3 and r.sections is not None else _spread(self.rotary, p)
 
-    def _plan_at(self, largest: float | None) -> Plan:
-        """The plan for positions up to ``largest`` (the rules that read the length)."""
+    def _plan_at(self, largest: float | Positions | None) -> Plan:
+        """The plan for positions up to ``largest`` (the rules that read the length). Eager
+        positions not read on the host (on an accelerator) are read here for those rules
+        alone, as transformers' module does: one wait for the device (``seq_len=`` avoids
+        it)."""
         rule = self._tables.scaling
         if self.seq_len is not None or not rule.rule.uses_seq_len:
             return self._plan
+        if isinstance(largest, Positions):
+            values = largest.values
+            largest = largest.high
+            if largest is None and not tracing() and not values.is_meta and values.numel():
+                largest = float(values.max())
         if largest is None:
             raise PosencError(
                 f"rope_type {rule.rope_type!r} reads the sequence length, which a traced "
@@ -316,9 +324,10 @@ class RotaryEmbedding(_Tracked):
         return self._plan_for(int(largest) + 1)
 
     def _traced_longrope(self, pos: Positions, work: torch.dtype) -> Tensor | None:
-        """Traced ``longrope`` without ``seq_len``: both tables, chosen on the device by the
-        largest position (transformers' own traceable choice), so no host read."""
-        if self._long is None or not tracing():
+        """``longrope`` without ``seq_len``, positions not read on the host (traced, or on an
+        accelerator): both tables, chosen on the device by the largest position
+        (transformers' own traceable choice), so no host read."""
+        if self._long is None or pos.high is not None:
             return None
         length = self._tables.scaling.p["original_max_position_embeddings"]
         coords = self.rotary.ndim > 1
@@ -329,10 +338,11 @@ class RotaryEmbedding(_Tracked):
     def _rows(self, values: Tensor | Positions, work: torch.dtype, device: torch.device) -> Tensor:
         """Rows for explicit positions (sections leading, axes trailing)."""
         r = self.rotary
-        pos = _axes_last(r, values if isinstance(values, Positions) else as_positions(values))
+        given = values if isinstance(values, Positions) else as_positions(values, on_device=True)
+        pos = _axes_last(r, given)
         if (chosen := self._traced_longrope(pos, work)) is not None:
             return chosen
-        plan = self._plan_at(pos.high)
+        plan = self._plan_at(pos)
         if (
             plan is self._plan
             and r.ndim == 1
@@ -362,7 +372,7 @@ class RotaryEmbedding(_Tracked):
         if tracing():
             plan = self._plan_at(None)
             traced: Tensor = _api.evaluate_span(
-                plan, float(start), length, dtype=work, device=device
+                plan, float(start), length, dtype=work, device=device, on_device=True
             )
             return traced.unsqueeze(0)
         plan = self._plan_at(start + length - 1)
@@ -371,19 +381,22 @@ class RotaryEmbedding(_Tracked):
         if plan is self._plan and 0 < length < WINDOW // 2:
             first, table = self._near(start, work, device)
             return table[start - first : start - first + length].unsqueeze(0)
-        rows: Tensor = _api.evaluate_span(plan, float(start), length, dtype=work, device=device)
+        rows: Tensor = _api.evaluate_span(
+            plan, float(start), length, dtype=work, device=device, on_device=True
+        )
         return rows[None]
 
     def _kept(self, work: torch.dtype, device: torch.device) -> Tensor:
         """The table of the first ``cached_length`` positions, built on first use."""
         if device != self._device:
-            out: Tensor = _api.evaluate_span(self._plan, 0.0, self.cached_length, dtype=work,
-                                      device=device)  # fmt: skip
+            out: Tensor = _api.evaluate_span(
+                self._plan, 0.0, self.cached_length, dtype=work, device=device, on_device=True
+            )
             return out
         table = self._cache.get(work)
         if table is None:
             table = self._cache[work] = _api.evaluate_span(
-                self._plan, 0.0, self.cached_length, dtype=work, device=device
+                self._plan, 0.0, self.cached_length, dtype=work, device=device, on_device=True
             )
         return table
 
@@ -394,7 +407,9 @@ class RotaryEmbedding(_Tracked):
         if kept is not None and kept[0] <= low and low + WINDOW // 2 <= kept[0] + WINDOW:
             return kept
         start = low - low % (WINDOW // 2)
-        table = _api.evaluate_span(self._plan, float(start), WINDOW, dtype=work, device=device)
+        table = _api.evaluate_span(
+            self._plan, float(start), WINDOW, dtype=work, device=device, on_device=True
+        )
         if device == self._device:
             self._window[work] = (start, table)
         return start, table
@@ -467,7 +482,7 @@ class HFRotaryEmbedding(_Tracked):
         ``[3, b, s]`` for multimodal sections): ``(cos, sin)`` in ``x``'s dtype (float32
         for OLMo) and the family's form, or one complex tensor (Llama 4, DeepSeek-V2)."""
         r = self.rotary
-        pos = as_positions(position_ids, "position_ids")
+        pos = as_positions(position_ids, "position_ids", on_device=not r.scaling.rule.uses_seq_len)
         if pos.values.ndim == 2:
             pos = _spread(r, pos)
         pos = _axes_last(r, pos)

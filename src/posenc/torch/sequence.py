@@ -17,10 +17,10 @@ from .._validate import (
     PosencError,
     Positions,
     as_positions,
+    assert_on_device,
     check_bool,
     check_int,
     check_real,
-    tracing,
 )
 from ._base import _Cached, _short
 
@@ -31,7 +31,8 @@ def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
     Args:
         cu_seqlens: ``[n + 1]`` cumulative sequence lengths: starting at 0, non-decreasing
             (flash-attn's varlen convention).
-        total: number of tokens (default ``cu_seqlens[-1]``); ``cu_seqlens`` must end there.
+        total: number of tokens; ``cu_seqlens`` must end there. Default ``cu_seqlens[-1]``,
+            read on the host (a wait for the device): give it to stay on the device.
 
     Returns:
         ``[t]`` int64 positions.
@@ -53,16 +54,18 @@ def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:
             f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens).__name__)} of shape "
             f"{tuple(getattr(cu_seqlens, 'shape', ()))}"
         )
-    cu = as_positions(cu_seqlens, "cu_seqlens").values
+    given = as_positions(cu_seqlens, "cu_seqlens", on_device=True)
+    cu = given.values
     if total is not None:
         total = check_int("total", total)
-    if not tracing() and not cu.is_meta:
-        first, last = int(cu[0]), int(cu[-1])
-        if first != 0 or bool((cu[1:] < cu[:-1]).any()) or (total is not None and last != total):
-            end = "" if total is None else f" and end at the number of tokens {total}"
-            raise PosencError(
-                f"`cu_seqlens` must start at 0, never decrease{end}, got {_short(cu.tolist())}"
-            )
+    end = "" if total is None else f" and end at the number of tokens {total}"
+    rule = f"`cu_seqlens` must start at 0, never decrease{end}"
+    if given.low is None:  # not read on the host: checked on the device
+        ok = (cu[:1] == 0) & (cu[1:] >= cu[:-1]).all()
+        assert_on_device(ok if total is None else ok & (cu[-1:] == total), rule)
+    elif int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()) or total not in (None, int(cu[-1])):
+        raise PosencError(f"{rule}, got {_short(cu.tolist())}")
+    # the number of tokens: the end of cu_seqlens is read on the host only when not given
     count = int(cu[-1]) if total is None else total
     tokens = torch.arange(count, device=cu.device)
     doc = torch.searchsorted(cu[1:], tokens, right=True)
@@ -92,12 +95,13 @@ def offset_positions(offset: Tensor, batch: int, length: Any, device: Any) -> Po
             f"`offset` must be an int or an integer tensor [batch] = [{batch}], got "
             f"{offset.dtype} of shape {tuple(offset.shape)}"
         )
-    given = as_positions(offset, "offset")
-    if given.low is not None and given.low < 0:
-        raise PosencError(f"`offset` must be >= 0, got {_short(offset.tolist())}")
+    given = as_positions(offset, "offset", on_device=True)
     rows = given.values.to(device).reshape(-1, 1) + torch.arange(length, device=device)
-    if given.low is None or given.high is None:  # traced or meta: checked as any positions
-        return as_positions(rows)
+    if given.low is None or given.high is None:  # not read on the host: checked on the device
+        assert_on_device(given.values >= 0, "`offset` must be >= 0")
+        return Positions(rows, True, None, None)
+    if given.low < 0:
+        raise PosencError(f"`offset` must be >= 0, got {_short(offset.tolist())}")
     return Positions(rows, True, given.low, given.high + length - 1)
 
 

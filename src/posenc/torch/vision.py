@@ -95,6 +95,7 @@ class GridEncoding(_Module):
             device=self._device if device is None else device,
             like=None,
             crop_from=crop,
+            on_device=True,
         )
         return self._lead(full[self._core_extra :])
 
@@ -213,7 +214,9 @@ class DetrSineEncoding(_Module):
                     f"got {getattr(pixel_mask, 'dtype', type(pixel_mask).__name__)}"
                 )
             mask = pixel_mask == 0
-        out: Tensor = _api.evaluate_detr(self._plan, self.enc, mask, dtype=self._dtype)
+        out: Tensor = _api.evaluate_detr(
+            self._plan, self.enc, mask, dtype=self._dtype, on_device=True
+        )
         return out
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
