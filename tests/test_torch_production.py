@@ -489,3 +489,43 @@ def test_offsets_and_boundaries_are_checked_compiled_too(kwargs, message, compil
     error = RuntimeError if compiled else posenc.PosencError
     with pytest.raises(error, match=message):
         run(x, **kwargs)
+
+
+def test_float16_grid_rounds_once_like_numpy():
+    """torch's float16 tables: the float64 basis rounded to the float16 grid by a magic-number
+    addition, then cast exactly. Against NumPy's float64 -> float16 cast (one rounding,
+    computed from the double's bits), bit for bit, signed zeros included: random values of
+    every scale, values planted at, just above and below float16 midpoints (normal and
+    subnormal), the edges of the subnormal and overflow ranges."""
+    from posenc._backends import _float16_grid
+
+    rng = np.random.default_rng(5)
+    normal = rng.uniform(-1, 1, 20_000).astype(np.float16).astype(np.float64)
+    sub = rng.integers(-1023, 1024, 20_000) * 2.0**-24
+    x = [rng.uniform(-1, 1, 50_000), rng.uniform(-2e-4, 2e-4, 50_000), rng.normal(0, 1e-7, 5000)]
+    x += [rng.uniform(-6e4, 6e4, 5000), rng.uniform(-3e-8, 3e-8, 5000)]
+    for grid in (normal, sub):
+        half = np.spacing(grid.astype(np.float16)).astype(np.float64) / 2
+        x += [grid + half, grid - half, grid + half * (1 + 2**-30), grid + half * (1 - 2**-30)]
+    edges = [0.0, -0.0, 2.0**-14, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 65504.0, 65519.9, 65520.0]
+    x = np.concatenate([*x, edges, np.negative(edges)])
+    with np.errstate(over="ignore"):  # 65520 and past: inf, as it should
+        want = x.astype(np.float16)
+    xt = torch.from_numpy(x.copy())
+    got = _float16_grid(torch, xt, torch.empty_like(xt), torch.empty_like(xt))
+    got16 = got.to(torch.float16).numpy()
+    assert np.array_equal(got16.view(np.int16), want.view(np.int16))
+    naive = torch.from_numpy(x).to(torch.float16).numpy()
+    assert not np.array_equal(naive.view(np.int16), want.view(np.int16))  # double rounding
+
+
+TABLES16 = [(4096, 256, "vaswani"), (300, 64, "whisper"), (60000, 21, "nerf")]
+TABLES16 += [(1000, 96, "tensor2tensor")]
+
+
+def test_torch_float16_tables_are_numpys_bit_for_bit():
+    """Two independent roundings agree bit for bit: torch's grid rounding and NumPy's cast."""
+    for rows, dim, preset in TABLES16:
+        got = posenc.table(rows, dim, preset=preset, dtype=torch.float16)
+        want = posenc.table(rows, dim, preset=preset, dtype=np.float16)
+        assert np.array_equal(got.numpy().view(np.int16), want.view(np.int16))

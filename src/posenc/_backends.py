@@ -7,9 +7,10 @@ or a device (it is never imported otherwise), in the manner of einops.
 All angles are computed in float64 and rounded once, at the end, to the output dtype. A
 plain float64 -> float32 -> 16-bit cast rounds twice, and is then wrong where the float32
 lands on a 16-bit midpoint; so NumPy casts float64 to float16 directly, torch rounds a
-bfloat16 sine/cosine basis to 8 bits in float64 first (Veltkamp's split, three passes), and
-the other cases round to float32 *to odd* (last bit set when inexact), or step the rare
-float32 ties off the midpoint (any values in bfloat16).
+bfloat16 sine/cosine basis to 8 bits in float64 first (Veltkamp's split, three passes) and a
+float16 one to the float16 grid (a magic-number addition, six passes), after which its casts
+are exact, and the other cases round to float32 *to odd* (last bit set when inexact), or step
+the rare float32 ties off the midpoint (any values in bfloat16).
 """
 
 from __future__ import annotations
@@ -342,7 +343,10 @@ class TorchBackend(_Chunked):
                     self.torch, basis, self._reused("split", basis.shape, basis.dtype)
                 )
             return _bfloat16_ready(self.torch, basis)
-        return round_to_odd(basis, TorchOps())
+        scratch = self._reused("split", basis.shape, basis.dtype)
+        return _float16_grid(
+            self.torch, basis, scratch, self._reused("grid", basis.shape, basis.dtype)
+        )
 
 
 VELTKAMP_SAFE = (2.0**-40, 2.0**900)
@@ -366,6 +370,28 @@ def _bfloat16_split(torch: Any, x64: Any, c: Any) -> Any:
     torch.mul(x64, 2.0**45 + 1, out=c)
     torch.sub(c, x64, out=x64)
     return torch.sub(c, x64, out=x64)
+
+
+FLOAT16_MAGIC = 1.5 * 2.0**42  # 1.5 * 2^(52 - 10): at 2^e times this, float64's ulp is float16's
+
+
+def _float16_grid(torch: Any, x64: Any, p: Any, out: Any) -> Any:
+    """``x64`` rounded once to the float16 grid (nearest, ties to even) into ``out`` (float64),
+    so that torch's cast through float32 stores it exactly. ``(x + S) - S`` with ``S = 1.5 *
+    2^42 * max(2^e, 2^-14)`` (``2^e``: ``|x|``'s power of two, its exponent bits): ``x + S``
+    stays in the binade of ``S``, whose float64 ulp is float16's spacing at ``x`` (11
+    significant bits for normal values, the fixed 2^-24 below 2^-14: subnormals), and ties go
+    to even since ``S`` is an even number of ulps. ``S`` needs no sign: ``S - |x|`` stays in the
+    same binade. Then ``x``'s sign bit, so a negative value rounded to zero is -0. Six integer
+    and float64 passes, no host read, any finite value below 2^980 (past 65520 the cast gives
+    inf, as float16 rounding does). ``p``: scratch of ``x64``'s shape."""
+    whole, bits = p.view(torch.int64), x64.view(torch.int64)
+    torch.bitwise_and(bits, 0x7FF0000000000000, out=whole)  # 2^e
+    p.clamp_min_(2.0**-14)
+    torch.add(x64, p, alpha=FLOAT16_MAGIC, out=out).sub_(p, alpha=FLOAT16_MAGIC)
+    torch.bitwise_and(bits, -(1 << 63), out=whole)
+    out.view(torch.int64).bitwise_or_(whole)
+    return out
 
 
 def _bfloat16_ready(torch: Any, x64: Any) -> Any:

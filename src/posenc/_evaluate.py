@@ -5,8 +5,7 @@ returns one of three evaluators with the same two methods (``grid`` for tables a
 ``points`` for position arrays):
 
 - :class:`Engine`: NumPy, and eager PyTorch on a real device (for modules, the CPU): the fast
-  exact engine (:mod:`posenc._engine`); a torch float16 request on the CPU runs on NumPy,
-  whose float64 to float16 cast rounds once;
+  exact engine (:mod:`posenc._engine`);
 - :class:`Direct`: the formula in plain array operations (:mod:`posenc._direct`): in float64
   for ``torch.compile``, meta tensors (meta in, meta out), module forwards on an accelerator
   (nothing read on or copied from the host), JAX with x64 and other Array API libraries;
@@ -58,13 +57,11 @@ class _Output:
 
 
 class Engine(_Output):
-    """The exact engine on a NumPy or torch backend (``wrap`` converts its output: a torch
-    float16 request on the CPU runs on NumPy, whose float64 to float16 cast rounds once)."""
+    """The exact engine on a NumPy or torch backend."""
 
-    def __init__(self, bk: Backend, wrap: Any = None) -> None:
+    def __init__(self, bk: Backend) -> None:
         self.bk = bk
         self.dtype = bk.dtype
-        self.wrap = wrap
 
     def grid(
         self,
@@ -87,18 +84,16 @@ class Engine(_Output):
             row = (padding_idx - axes[0].start) / axes[0].step
             if row == int(row) and 0 <= row < cells:
                 out[extra + int(row)] = 0
-        return out if self.wrap is None else self.wrap(out)
+        return out
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
         """``[N, k]`` positions -> ``[N, dim]``."""
-        if self.wrap is not None:  # a NumPy engine serving torch: CPU positions, no copy
-            x = np.asarray(x)
         check_size("the output", (x.shape[0], plan.dim), _itemsize(self.dtype), _dev(self.bk))
         out = self.bk.empty((x.shape[0], plan.dim))
         fill_points(self.bk, out, plan, x, integral)
         if padding_idx is not None:
             out[x[:, 0] == padding_idx] = 0
-        return out if self.wrap is None else self.wrap(out)
+        return out
 
 
 class Direct(_Output):
@@ -200,10 +195,6 @@ def evaluator(
             # exported graphs and MPS: no float64 anywhere
             f32 = kind == "mps" or bool(bk.torch.compiler.is_exporting())
             return Direct(TorchOps(), bk.dtype, probe, float32_only=f32)
-        if kind == "cpu" and bk.dtype == bk.torch.float16:
-            # torch casts float64 to float16 through float32 (two roundings, so a round to
-            # odd first); NumPy's cast rounds once: the same numbers, 3-4x faster
-            return Engine(NumpyBackend(np.dtype(np.float16)), wrap=bk.torch.from_numpy)
     return Engine(bk)
 
 
