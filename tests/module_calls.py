@@ -2,6 +2,7 @@
 that the sync-free, compile and CUDA-graph tests run (issue 13, item 4).
 
 ``calls(device)`` yields ``(name, module, args, kwargs)``; the inputs are on ``device``.
+``call(name, device)`` is one of them, and ``NAMES`` their names, to parametrize tests by.
 """
 
 from __future__ import annotations
@@ -69,3 +70,10 @@ def calls(device: Any) -> Iterator[Call]:
     yield "RotaryEmbedding positions", rope, (q, k, ids), {}
     qp, kp = on(torch.randn(8, 4, 16)), on(torch.randn(8, 2, 16))
     yield "RotaryEmbedding cu_seqlens", rope, (qp, kp), {"cu_seqlens": cu}
+
+
+def call(name: str, device: Any) -> Call:
+    return next(c for c in calls(device) if c[0] == name)
+
+
+NAMES = [name for name, *_ in calls("meta")]

@@ -14,13 +14,7 @@ if not torch.cuda.is_available():
 
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
-from tests.module_calls import calls  # noqa: E402
-
-CALLS = [name for name, *_ in calls("meta")]
-
-
-def _case(name, device):
-    return next(c for c in calls(device) if c[0] == name)
+from tests.module_calls import NAMES, call  # noqa: E402
 
 
 def _close(a, b):
@@ -28,12 +22,12 @@ def _close(a, b):
     assert (a.double().cpu() - b.double().cpu()).abs().max() <= 2 * torch.finfo(a.dtype).eps
 
 
-@pytest.mark.parametrize("name", CALLS)
+@pytest.mark.parametrize("name", NAMES)
 def test_no_synchronisation_and_cpu_numbers(name):
     torch.manual_seed(0)
-    _, cpu, args, kwargs = _case(name, "cpu")
+    _, cpu, args, kwargs = call(name, "cpu")
     torch.manual_seed(0)
-    _, gpu, gargs, gkwargs = _case(name, "cuda")
+    _, gpu, gargs, gkwargs = call(name, "cuda")
     gpu(*gargs, **gkwargs)  # first call: tables kept for another dtype, constants
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -45,10 +39,10 @@ def test_no_synchronisation_and_cpu_numbers(name):
         _close(a, b)
 
 
-@pytest.mark.parametrize("name", CALLS)
+@pytest.mark.parametrize("name", NAMES)
 def test_cuda_graph_capture_and_replay(name):
     torch.manual_seed(0)
-    _, module, args, kwargs = _case(name, "cuda")
+    _, module, args, kwargs = call(name, "cuda")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -64,10 +58,10 @@ def test_cuda_graph_capture_and_replay(name):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", CALLS)
+@pytest.mark.parametrize("name", NAMES)
 def test_compiled_on_cuda(name):
     torch._dynamo.reset()
-    _, module, args, kwargs = _case(name, "cuda")
+    _, module, args, kwargs = call(name, "cuda")
     want = module(*args, **kwargs)
     got = torch.compile(module, fullgraph=True)(*args, **kwargs)
     for a, b in zip(tree_leaves(want), tree_leaves(got), strict=True):

@@ -393,9 +393,7 @@ def test_bfloat16_tables_correctly_rounded_at_any_amplitude(factor):
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
-from tests.module_calls import calls  # noqa: E402
-
-CALLS = [name for name, *_ in calls("meta")]
+from tests.module_calls import NAMES, call  # noqa: E402
 
 
 class _HostTraffic(TorchDispatchMode):
@@ -435,14 +433,14 @@ def host_made(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("name", CALLS)
+@pytest.mark.parametrize("name", NAMES)
 def test_forwards_read_nothing_on_the_host_and_copy_nothing_to_the_device(name, host_made):
     """Every module with every input kind, on a device other than the CPU (meta here, which
     has no values to read: every module takes its accelerator path there): after a first
     call, a forward reads no value on the host and copies nothing from it (constants are
     kept on the device), so it neither waits for the device nor breaks a CUDA graph. The
     same checks still run: on the device, in the stream."""
-    _, module, args, kwargs = next(c for c in calls("meta") if c[0] == name)
+    _, module, args, kwargs = call(name, "meta")
     first = module(*args, **kwargs)
     host_made.clear()
     with _HostTraffic() as mode:
@@ -453,13 +451,13 @@ def test_forwards_read_nothing_on_the_host_and_copy_nothing_to_the_device(name, 
         assert (a.shape, a.dtype, a.is_meta) == (b.shape, b.dtype, True)
 
 
-@pytest.mark.parametrize("name", CALLS)
+@pytest.mark.parametrize("name", NAMES)
 def test_every_module_and_input_kind_compiles_to_one_graph(name):
     """torch.compile(fullgraph=True), capture_scalar_outputs off (the default): no graph
     break, no host read, for every module and input kind; values as eager's."""
     torch._dynamo.reset()
     assert not torch._dynamo.config.capture_scalar_outputs
-    _, module, args, kwargs = next(c for c in calls("cpu") if c[0] == name)
+    _, module, args, kwargs = call(name, "cpu")
     want = module(*args, **kwargs)
     got = torch.compile(module, fullgraph=True, backend="aot_eager")(*args, **kwargs)
     for a, b in zip(tree_leaves(want), tree_leaves(got), strict=True):

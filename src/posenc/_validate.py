@@ -271,30 +271,27 @@ def _torch_positions(torch: Any, t: Any, name: str, on_device: bool) -> Position
     if t.is_complex() or t.dtype == torch.bool:
         raise PosencError(f"`{name}` must hold integers or real numbers, got {t.dtype}")
     integral = not t.is_floating_point()
-    if t.is_meta or tracing() or (on_device and t.device.type != "cpu"):
-        if integral and t.dtype != torch.int64:
-            unsigned = str(t.dtype).rsplit(".", 1)[-1] in _TORCH_UNSIGNED
-            t = t.to(torch.int64)  # a uint64 past 2^63 wraps negative: caught below
-            if unsigned:
-                assert_on_device(t >= 0, f"`{name}` must be within +-2^53")
-        elif not integral and t.dtype.itemsize < 4:
-            t = t.to(torch.float32)
+    unsigned = str(t.dtype).rsplit(".", 1)[-1] in _TORCH_UNSIGNED
+    read = not (t.is_meta or tracing() or (on_device and t.device.type != "cpu"))
+    if read and unsigned:
+        # torch has few kernels for wide unsigned types: check on the host, once
+        host = as_positions(np.asarray(t.cpu()), name)
+        values = torch.from_numpy(host.values).to(t.device)
+        return Positions(values, True, host.low, host.high)
+    # exact: every narrow integer is an int64, every float16 and bfloat16 a float32
+    if integral:
+        t = t.to(torch.int64)  # a uint64 past 2^63 wraps negative: caught below
+    elif t.dtype.itemsize < 4:
+        t = t.to(torch.float32)
+    if not read:  # checked on the device, bounds unknown
+        if unsigned:
+            assert_on_device(t >= 0, f"`{name}` must be within +-2^53")
         assert_traced(t, f"`{name}` must be finite and within +-2^53")
         return Positions(t, integral, None, None)
-    if integral:
-        if str(t.dtype).rsplit(".", 1)[-1] in _TORCH_UNSIGNED:
-            # torch has few kernels for wide unsigned types: check on the host, once
-            host = as_positions(np.asarray(t.cpu()), name)
-            values = torch.from_numpy(host.values).to(t.device)
-            return Positions(values, True, host.low, host.high)
-        t = t.to(torch.int64)
-        if not t.numel():
-            return Positions(t, True, 0.0, 0.0)
-        return _checked(name, t, True, float(t.min()), float(t.max()))
-    if t.dtype.itemsize < 4:
-        t = t.to(torch.float32)  # exact: every float16 and bfloat16 is a float32
     if not t.numel():
-        return Positions(t, False, 0.0, 0.0)
+        return Positions(t, integral, 0.0, 0.0)
+    if integral:
+        return _checked(name, t, True, float(t.min()), float(t.max()))
     low, high = float(t.min()), float(t.max())
     if not (math.isfinite(low) and math.isfinite(high)):
         flat = t.reshape(-1)

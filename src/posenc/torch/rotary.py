@@ -371,33 +371,22 @@ class RotaryEmbedding(_Tracked):
             )
         if tracing():
             plan = self._plan_at(None)
-            traced: Tensor = _api.evaluate_span(
-                plan, float(start), length, dtype=work, device=device, on_device=True
-            )
-            return traced.unsqueeze(0)
+            return _computed(plan, start, length, work, device).unsqueeze(0)
         plan = self._plan_at(start + length - 1)
         if plan is self._plan and start + length <= self.cached_length:
             return self._kept(work, device)[start : start + length].unsqueeze(0)
         if plan is self._plan and 0 < length < WINDOW // 2:
             first, table = self._near(start, work, device)
             return table[start - first : start - first + length].unsqueeze(0)
-        rows: Tensor = _api.evaluate_span(
-            plan, float(start), length, dtype=work, device=device, on_device=True
-        )
-        return rows[None]
+        return _computed(plan, start, length, work, device)[None]
 
     def _kept(self, work: torch.dtype, device: torch.device) -> Tensor:
         """The table of the first ``cached_length`` positions, built on first use."""
         if device != self._device:
-            out: Tensor = _api.evaluate_span(
-                self._plan, 0.0, self.cached_length, dtype=work, device=device, on_device=True
-            )
-            return out
+            return _computed(self._plan, 0, self.cached_length, work, device)
         table = self._cache.get(work)
         if table is None:
-            table = self._cache[work] = _api.evaluate_span(
-                self._plan, 0.0, self.cached_length, dtype=work, device=device, on_device=True
-            )
+            table = self._cache[work] = _computed(self._plan, 0, self.cached_length, work, device)
         return table
 
     def _near(self, low: int, work: torch.dtype, device: torch.device) -> tuple[int, Tensor]:
@@ -407,9 +396,7 @@ class RotaryEmbedding(_Tracked):
         if kept is not None and kept[0] <= low and low + WINDOW // 2 <= kept[0] + WINDOW:
             return kept
         start = low - low % (WINDOW // 2)
-        table = _api.evaluate_span(
-            self._plan, float(start), WINDOW, dtype=work, device=device, on_device=True
-        )
+        table = _computed(self._plan, start, WINDOW, work, device)
         if device == self._device:
             self._window[work] = (start, table)
         return start, table
@@ -431,6 +418,15 @@ class RotaryEmbedding(_Tracked):
         if not self.heads_first:
             parts.append("heads_first=False")
         return ", ".join(parts) + f", cached_length={self.cached_length}"
+
+
+def _computed(plan: Plan, start: int, length: Any, work: torch.dtype, device: Any) -> Tensor:
+    """Rows ``start … start + length - 1`` of ``plan``, in ``work``, computed as a module
+    forward does: on an accelerator, on the device alone (no host read or copy)."""
+    out: Tensor = _api.evaluate_span(
+        plan, float(start), length, dtype=work, device=device, on_device=True
+    )
+    return out
 
 
 def _spread(r: Rotary, pos: Tensor | Positions) -> Any:
