@@ -324,23 +324,24 @@ def test_onnx_graph_has_no_double_and_runs_within_1e_6(tmp_path):
         assert np.abs(got[0].astype(np.float64) - want).max() < 1e-6
 
 
-@pytest.mark.parametrize("rounding", ["ready", "split"])
-def test_bfloat16_rounding_is_correct_at_midpoints(rounding):
+@pytest.mark.parametrize("length", [80_000, 80_017])  # whole blocks of 64, and a tail
+def test_bfloat16_rounding_is_correct_at_midpoints(length):
     """torch casts float64 to bfloat16 through float32, which is wrong only on bfloat16
-    midpoints. Both of the backend's roundings (stepping float32 ties off the midpoint, for
-    any values; Veltkamp's split, for a bounded basis) against the float64 value rounded once
-    (the nearer bfloat16 neighbour, ties to even), on values planted exactly at, just above
-    and just below midpoints, and on exact midpoints of float64."""
-    from posenc._backends import _bfloat16_ready, _bfloat16_split
+    midpoints. The backend's rounding (float32 ties stepped off the midpoint, found block by
+    block) against the float64 value rounded once (the nearer bfloat16 neighbour, ties to
+    even), on values planted exactly at, just above and just below midpoints, and on exact
+    midpoints of float64; in any order and length (the last block may be partial)."""
+    from posenc._backends import TorchBackend
 
     rng = np.random.default_rng(3)
     grid = torch.from_numpy(rng.uniform(-1, 1, 20_000)).to(torch.bfloat16).double()
     half = torch.from_numpy(np.spacing(grid.float().numpy()).astype(np.float64)) * 2**15
     x = torch.cat([grid + half, grid + half + 2**-40, grid + half - 2**-40, grid - half])
-    if rounding == "ready":
-        got = _bfloat16_ready(torch, x.clone()).to(torch.bfloat16).double()
-    else:
-        got = _bfloat16_split(torch, x.clone(), torch.empty_like(x)).to(torch.bfloat16).double()
+    x = torch.cat([x, torch.from_numpy(rng.uniform(-1, 1, length - x.numel()))])
+    x = x[torch.from_numpy(rng.permutation(length))]
+    x = x.view(-1, 7) if length % 7 == 0 else x
+    got = TorchBackend(torch.bfloat16, torch.device("cpu")).rounded(x)
+    got = got.to(torch.bfloat16).double()
     # the reference: the two bfloat16 neighbours of x, and the nearer one (ties to even)
     lo = x.to(torch.float32).to(torch.bfloat16).double()  # some neighbour; find both
     below = torch.where(
@@ -489,13 +490,14 @@ def test_offsets_and_boundaries_are_checked_compiled_too(kwargs, message, compil
         run(x, **kwargs)
 
 
-def test_float16_grid_rounds_once_like_numpy():
-    """torch's float16 tables: the float64 basis rounded to the float16 grid by a magic-number
-    addition, then cast exactly. Against NumPy's float64 -> float16 cast (one rounding,
-    computed from the double's bits), bit for bit, signed zeros included: random values of
-    every scale, values planted at, just above and below float16 midpoints (normal and
-    subnormal), the edges of the subnormal and overflow ranges."""
-    from posenc._backends import _float16_grid
+def test_float16_rounding_is_numpys_one_rounding():
+    """torch's float16 tables: the float64 basis cast through float32, with the float32 values
+    that land on a float16 midpoint stepped toward the exact value. Against NumPy's float64 ->
+    float16 cast (one rounding, computed from the double's bits), bit for bit, signed zeros
+    included: random values of every scale, values planted at, just above and below float16
+    midpoints (normal and subnormal), the edges of the subnormal and overflow ranges, in two
+    shapes (whole blocks of 64 values, and a partial last block)."""
+    from posenc._backends import TorchBackend
 
     rng = np.random.default_rng(5)
     normal = rng.uniform(-1, 1, 20_000).astype(np.float16).astype(np.float64)
@@ -509,10 +511,11 @@ def test_float16_grid_rounds_once_like_numpy():
     x = np.concatenate([*x, edges, np.negative(edges)])
     with np.errstate(over="ignore"):  # 65520 and past: inf, as it should
         want = x.astype(np.float16)
-    xt = torch.from_numpy(x.copy())
-    got = _float16_grid(torch, xt, torch.empty_like(xt), torch.empty_like(xt))
-    got16 = got.to(torch.float16).numpy()
-    assert np.array_equal(got16.view(np.int16), want.view(np.int16))
+    for size in (x.size // 64 * 64, x.size):
+        xt = torch.from_numpy(x[:size].copy())
+        got = TorchBackend(torch.float16, torch.device("cpu")).rounded(xt)
+        got16 = got.to(torch.float16).numpy()
+        assert np.array_equal(got16.view(np.int16), want[:size].view(np.int16))
     naive = torch.from_numpy(x).to(torch.float16).numpy()
     assert not np.array_equal(naive.view(np.int16), want.view(np.int16))  # double rounding
 
@@ -522,7 +525,8 @@ TABLES16 += [(1000, 96, "tensor2tensor")]
 
 
 def test_torch_float16_tables_are_numpys_bit_for_bit():
-    """Two independent roundings agree bit for bit: torch's grid rounding and NumPy's cast."""
+    """Two independent roundings agree bit for bit: torch's (through float32, midpoints
+    stepped) and NumPy's cast."""
     for rows, dim, preset in TABLES16:
         got = posenc.table(rows, dim, preset=preset, dtype=torch.float16)
         want = posenc.table(rows, dim, preset=preset, dtype=np.float16)

@@ -6,11 +6,10 @@ or a device (it is never imported otherwise), in the manner of einops.
 
 All angles are computed in float64 and rounded once, at the end, to the output dtype. A
 plain float64 -> float32 -> 16-bit cast rounds twice, and is then wrong where the float32
-lands on a 16-bit midpoint; so NumPy casts float64 to float16 directly, torch rounds a
-bfloat16 sine/cosine basis to 8 bits in float64 first (Veltkamp's split, three passes) and a
-float16 one to the float16 grid (a magic-number addition, six passes), after which its casts
-are exact, and the other cases round to float32 *to odd* (last bit set when inexact), or step
-the rare float32 ties off the midpoint (any values in bfloat16).
+lands on a 16-bit midpoint; so NumPy casts float64 to float16 directly, torch's tables step
+those few float32 values off the midpoint toward the exact value before the cast (found by
+a bit pattern, block by block), and the direct formula rounds to float32 *to odd* (last bit
+set when inexact).
 """
 
 from __future__ import annotations
@@ -137,8 +136,8 @@ class NumpyBackend(_Chunked):
 
     @property
     def basis_dtype(self) -> np.dtype:
-        """dtype of the basis before it reaches the output: float64 where 16-bit output
-        needs rounding to odd first, else the output dtype (one rounding, fused)."""
+        """dtype of the basis before it reaches the output: float64 where a 16-bit output
+        needs a rounding step of its own, else the output dtype (one rounding, fused)."""
         return np.dtype(np.float64) if self.sixteen else self.dtype
 
     def temp(self, rows: int, width: int, *, exact: bool = False) -> np.ndarray:
@@ -220,8 +219,8 @@ class NumpyBackend(_Chunked):
     def gather_rows(self, table: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
         np.take(table, index, axis=0, out=out, mode="clip")  # "raise" would buffer a copy
 
-    def rounded(self, basis: np.ndarray, bound: float | None = None) -> np.ndarray:
-        """The basis ready to be stored with one correct rounding (``bound``: see torch's)."""
+    def rounded(self, basis: np.ndarray) -> np.ndarray:
+        """The basis ready to be stored with one correct rounding."""
         return (
             round_to_odd(basis, NUMPY_OPS)
             if self.sixteen and not _direct_half(self.dtype)
@@ -331,83 +330,75 @@ class TorchBackend(_Chunked):
         t = self.torch
         t.index_select(table, 0, t.as_tensor(index, device=table.device), out=out)
 
-    def rounded(self, basis: Any, bound: float | None = None) -> Any:
-        """The basis ready to be stored with one correct rounding. ``bound``: the largest
-        magnitude a nonzero sine or cosine of the basis can have (its amplitude), when known;
-        a bfloat16 basis so bounded is rounded in place."""
+    def rounded(self, basis: Any) -> Any:
+        """The basis ready to be stored with one correct rounding: itself, or for a 16-bit
+        output float32 values that torch's cast rounds as ``basis`` would be rounded once
+        (:func:`_ready_for_half`, in buffers kept from chunk to chunk)."""
         if not self.sixteen:
             return basis
-        if self.dtype == self.torch.bfloat16:
-            if bound is not None and VELTKAMP_SAFE[0] <= bound <= VELTKAMP_SAFE[1]:
-                return _bfloat16_split(
-                    self.torch, basis, self._reused("split", basis.shape, basis.dtype)
-                )
-            return _bfloat16_ready(self.torch, basis)
-        scratch = self._reused("split", basis.shape, basis.dtype)
-        return _float16_grid(
-            self.torch, basis, scratch, self._reused("grid", basis.shape, basis.dtype)
+        f = self._reused("float32", basis.shape, self.torch.float32)
+        f.copy_(basis)
+        flat = basis.reshape(-1)
+        return self._ready(f, lambda at: flat.index_select(0, at))
+
+    def _ready(self, f: Any, exact: Exact) -> Any:
+        return _ready_for_half(
+            self.torch, f, self.dtype, self._reused("key", (f.numel(),), self.torch.int32), exact
         )
 
 
-VELTKAMP_SAFE = (2.0**-40, 2.0**900)
-"""Amplitudes for which Veltkamp's split rounds a sine/cosine basis correctly: its nonzero
-values then lie between 2^-120 (bfloat16 is normal from 2^-126) and 2^900 (times 2^45 stays
-finite). A float64 sine or cosine of a float64 angle below 2^27 rad is 0 or above 2^-80 (no
-such angle is nearer a multiple of pi/2), and the engine's phasor products cancel no
-further, since each of their terms is itself such a sine or cosine. Positions kept as
-channels, and other amplitudes, take the general path (both limits tested)."""
+Exact = Callable[[Any], Any]
+"""The float64 values of a basis at flat indices (an int64 tensor), rounded by nothing."""
+
+HALF_MIDPOINTS = {"bfloat16": (0xFFFF, 0x8000), "float16": (0xFFF, 0)}
+"""float32 bit patterns (``bits & mask == value``) that include every midpoint of a 16-bit
+format: bfloat16's are the float32 values whose low 16 bits are 0x8000 (subnormals alike);
+float16's have their low 12 bits zero (0x1000 in the low 13 for normal values, a higher
+single bit for subnormal ones, whose spacing is a fixed 2^-24, and 65520, the overflow
+threshold)."""
+
+BLOCK = 64  # float32 values per block of the midpoint search
 
 
-def _bfloat16_split(torch: Any, x64: Any, c: Any) -> Any:
-    """``x64`` rounded once to 8 significant bits (bfloat16's precision), in place, by
-    Veltkamp's split: ``c = x (2^45 + 1)``, ``hi = c - (c - x)`` is the nearest such number,
-    ties to even (checked exhaustively over the 9-bit midpoints), so the cast to bfloat16
-    that stores it is exact. Three float64 passes and no host read. Valid for normal
-    bfloat16 results whose product with 2^45 does not overflow (see VELTKAMP_SAFE). ``c``:
-    scratch of ``x64``'s shape (a fresh temporary costs more than the arithmetic; forming
-    ``hi`` straight into the bfloat16 output was slower still: mixed-dtype kernels are not
-    vectorised on the CPU)."""
-    torch.mul(x64, 2.0**45 + 1, out=c)
-    torch.sub(c, x64, out=x64)
-    return torch.sub(c, x64, out=x64)
+def _ready_for_half(torch: Any, f: Any, half: Any, key: Any, exact: Exact) -> Any:
+    """``f``, float32 values each rounded once from a float64 value (``exact`` at its flat
+    index), made such that their cast to ``half`` (torch.bfloat16 or torch.float16) is that
+    float64 value rounded once, to nearest, ties to even; in place.
 
-
-FLOAT16_MAGIC = 1.5 * 2.0**42  # 1.5 * 2^(52 - 10): at 2^e times this, float64's ulp is float16's
-
-
-def _float16_grid(torch: Any, x64: Any, p: Any, out: Any) -> Any:
-    """``x64`` rounded once to the float16 grid (nearest, ties to even) into ``out`` (float64),
-    so that torch's cast through float32 stores it exactly. ``(x + S) - S`` with ``S = 1.5 *
-    2^42 * max(2^e, 2^-14)`` (``2^e``: ``|x|``'s power of two, its exponent bits): ``x + S``
-    stays in the binade of ``S``, whose float64 ulp is float16's spacing at ``x`` (11
-    significant bits for normal values, the fixed 2^-24 below 2^-14: subnormals), and ties go
-    to even since ``S`` is an even number of ulps. ``S`` needs no sign: ``S - |x|`` stays in the
-    same binade. Then ``x``'s sign bit, so a negative value rounded to zero is -0. Six integer
-    and float64 passes, no host read, any finite value below 2^980 (past 65520 the cast gives
-    inf, as float16 rounding does). ``p``: scratch of ``x64``'s shape."""
-    whole, bits = p.view(torch.int64), x64.view(torch.int64)
-    torch.bitwise_and(bits, 0x7FF0000000000000, out=whole)  # 2^e
-    p.clamp_min_(2.0**-14)
-    torch.add(x64, p, alpha=FLOAT16_MAGIC, out=out).sub_(p, alpha=FLOAT16_MAGIC)
-    torch.bitwise_and(bits, -(1 << 63), out=whole)
-    out.view(torch.int64).bitwise_or_(whole)
-    return out
-
-
-def _bfloat16_ready(torch: Any, x64: Any) -> Any:
-    """float64 -> float32 that torch's float32 -> bfloat16 cast rounds correctly: rounding to
-    float32 first is wrong only where it lands exactly on a bfloat16 midpoint (low 16 bits
-    0x8000) from an inexact value, about one value in 65536; those few are stepped one
-    float32 ulp toward the exact value, off the midpoint, on its side. For any values
-    (positions kept as channels, extreme amplitudes); a bounded basis is split instead."""
-    f = x64.float()
-    tie = (f.view(torch.int32) & 0xFFFF) == 0x8000
-    if bool(tie.any()):
-        at = tie.nonzero(as_tuple=True)
-        near, exact = f[at], x64[at]
+    torch casts to 16 bits through float32. Rounding twice is wrong only where the float32
+    lands exactly on a 16-bit midpoint from an inexact value; those values are stepped one
+    float32 ulp toward the exact one, off the midpoint on its side (no float32 value lies
+    between, so nothing else changes). Midpoints are found by a bit pattern
+    (:data:`HALF_MIDPOINTS`): the minimum over blocks of 64 values of the masked bits (for
+    bfloat16 of the low halves, read as int16: 0x8000 is their minimum) marks the few blocks
+    that hold one, and only the values of those blocks that show the pattern are looked
+    at: a few hundred per million. Any finite values, signed zeros and subnormals included.
+    ``key``: int32 scratch of ``f``'s size."""
+    flat = f.view(-1)
+    mask, value = HALF_MIDPOINTS[str(half).rsplit(".", 1)[-1]]
+    whole = flat.shape[0] // BLOCK * BLOCK
+    bits = flat[:whole].view(torch.int32)
+    if value == 0x8000:
+        least = bits.view(torch.int16).view(-1, 2 * BLOCK).amin(dim=1)
+        marked = least == -0x8000
+    else:
+        masked = torch.bitwise_and(bits, mask, out=key[:whole])
+        marked = masked.view(-1, BLOCK).amin(dim=1) == value
+    blocks = marked.nonzero()
+    at = (blocks * BLOCK + torch.arange(BLOCK, device=f.device)).view(-1)
+    if whole < flat.shape[0]:
+        at = torch.cat([at, torch.arange(whole, flat.shape[0], device=f.device)])
+    near = flat.index_select(0, at)
+    pick = ((near.view(torch.int32) & mask) == value).nonzero().view(-1)
+    at, near = at.index_select(0, pick), near.index_select(0, pick)
+    if at.numel():
         back = near.double()
-        toward = torch.where(back > exact, -torch.inf, torch.inf).to(torch.float32)
-        f[at] = torch.where(back == exact, near, torch.nextafter(near, toward))
+        want = exact(at)
+        # a float32 past ``near`` on ``want``'s side, or ``near`` itself, signed zeros
+        # kept, where exact: the difference (at least a float64 ulp of a 16-bit midpoint)
+        # times 2^40 is far above ``near``'s float32 ulp
+        toward = torch.sub(back, back - want, alpha=2.0**40).to(torch.float32)
+        flat.index_copy_(0, at, torch.nextafter(near, toward))
     return f
 
 

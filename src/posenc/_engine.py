@@ -250,7 +250,6 @@ def _write(
     width = 2 * len(ap.omega)
     runs = ap.runs
     scaled = ap.amplitude != 1.0
-    bound = abs(ap.amplitude)
 
     def basis(exact: bool = False) -> Any:
         """The float64 basis of rows ``lo:hi`` (or in the basis dtype, rounded once, when
@@ -280,10 +279,10 @@ def _write(
             count = len(range(dst.stop)[dst])
             out[(*index, dst)] = ordered[:, first : first + count].reshape(*shape, count)
     elif (pairs := _pairs(runs, width // 2)) is not None:
-        rounded = bk.rounded(basis(exact=True), bound).reshape(*shape, width // 2, 2)
+        rounded = bk.rounded(basis(exact=True)).reshape(*shape, width // 2, 2)
         bk.scatter_pairs(out[index], rounded, *pairs)
     else:
-        ready = bk.rounded(basis(), bound)
+        ready = bk.rounded(basis())
         for run in runs:
             out[(*index, run.dst)] = ready[:, run.src].reshape(*shape, -1)
     for j in ap.identity:
