@@ -337,18 +337,9 @@ class TorchBackend(_Chunked):
         if not self.sixteen:
             return basis
         f = self._reused("float32", basis.shape, self.torch.float32)
-        f.copy_(basis)
-        flat = basis.reshape(-1)
-        return self._ready(f, lambda at: flat.index_select(0, at))
+        key = self._reused("key", (basis.numel(),), self.torch.int32)
+        return _ready_for_half(self.torch, basis, self.dtype, f, key)
 
-    def _ready(self, f: Any, exact: Exact) -> Any:
-        return _ready_for_half(
-            self.torch, f, self.dtype, self._reused("key", (f.numel(),), self.torch.int32), exact
-        )
-
-
-Exact = Callable[[Any], Any]
-"""The float64 values of a basis at flat indices (an int64 tensor), rounded by nothing."""
 
 HALF_MIDPOINTS = {"bfloat16": (0xFFFF, 0x8000), "float16": (0xFFF, 0)}
 """float32 bit patterns (``bits & mask == value``) that include every midpoint of a 16-bit
@@ -360,10 +351,9 @@ threshold)."""
 BLOCK = 64  # float32 values per block of the midpoint search
 
 
-def _ready_for_half(torch: Any, f: Any, half: Any, key: Any, exact: Exact) -> Any:
-    """``f``, float32 values each rounded once from a float64 value (``exact`` at its flat
-    index), made such that their cast to ``half`` (torch.bfloat16 or torch.float16) is that
-    float64 value rounded once, to nearest, ties to even; in place.
+def _ready_for_half(torch: Any, x64: Any, half: Any, f: Any, key: Any) -> Any:
+    """float32 values ``f`` (of ``x64``'s shape) whose cast to ``half`` (torch.bfloat16 or
+    torch.float16) is ``x64`` rounded once, to nearest, ties to even.
 
     torch casts to 16 bits through float32. Rounding twice is wrong only where the float32
     lands exactly on a 16-bit midpoint from an inexact value; those values are stepped one
@@ -373,12 +363,14 @@ def _ready_for_half(torch: Any, f: Any, half: Any, key: Any, exact: Exact) -> An
     bfloat16 of the low halves, read as int16: 0x8000 is their minimum) marks the few blocks
     that hold one, and only the values of those blocks that show the pattern are looked
     at: a few hundred per million. Any finite values, signed zeros and subnormals included.
-    ``key``: int32 scratch of ``f``'s size."""
+    ``key``: int32 scratch of ``x64``'s size (float16 only)."""
+    f.copy_(x64)
     flat = f.view(-1)
-    mask, value = HALF_MIDPOINTS[str(half).rsplit(".", 1)[-1]]
+    name = dtype_name(half)
+    mask, value = HALF_MIDPOINTS[name]
     whole = flat.shape[0] // BLOCK * BLOCK
     bits = flat[:whole].view(torch.int32)
-    if value == 0x8000:
+    if name == "bfloat16":
         least = bits.view(torch.int16).view(-1, 2 * BLOCK).amin(dim=1)
         marked = least == -0x8000
     else:
@@ -393,7 +385,7 @@ def _ready_for_half(torch: Any, f: Any, half: Any, key: Any, exact: Exact) -> An
     at, near = at.index_select(0, pick), near.index_select(0, pick)
     if at.numel():
         back = near.double()
-        want = exact(at)
+        want = x64.reshape(-1).index_select(0, at)
         # a float32 past ``near`` on ``want``'s side, or ``near`` itself, signed zeros
         # kept, where exact: the difference (at least a float64 ulp of a 16-bit midpoint)
         # times 2^40 is far above ``near``'s float32 ulp
