@@ -11,12 +11,14 @@ import posenc
 from posenc import _direct, _float32
 from posenc._backends import NumpyOps
 from posenc._layout import channel_plan
+from tests import reference as ref
 
 mpmath.mp.prec = 120
 RNG = np.random.default_rng(7)
 POSITIONS = {
     "integers to 2^24": RNG.integers(-(2**24) + 1, 2**24, 120).astype(np.float32),
     "near 2^24": (2**24 - 1 - np.arange(40)).astype(np.float32),
+    "near -2^24": (-(2**24) + 1 + np.arange(40)).astype(np.float32),
     "reals to 2^20": RNG.uniform(-(2**20), 2**20, 120).astype(np.float32),
     "small reals": RNG.uniform(-3, 3, 120).astype(np.float32),
 }
@@ -81,20 +83,58 @@ def test_tables_through_the_direct_formula_in_float32():
     assert np.abs(got - want).max() < 1e-6
 
 
+LAYOUTS = [  # (preset, dim, options, reference of positions p, the arrangement it takes)
+    ("vaswani", 64, {}, lambda p: ref.vaswani(len(p), 64, offset=p[0]), "interleaved"),
+    ("whisper", 64, {}, lambda p: ref.whisper(len(p), 64, offset=p[0]), "halves"),
+    (
+        "timestep",
+        64,
+        {"flip_sin_to_cos": True, "downscale_freq_shift": 0},
+        lambda p: ref.timestep(p, 64, flip_sin_to_cos=True, downscale_freq_shift=0),
+        "flipped",
+    ),
+    ("fairseq", 65, {}, lambda p: ref.fairseq(len(p), 65, offset=p[0]), "gather"),  # a zero pad
+]
+
+
+@pytest.mark.parametrize(("preset", "dim", "options", "want", "kind"), LAYOUTS)
+def test_every_channel_arrangement_in_float32(preset, dim, options, want, kind):
+    """The direct formula puts the sines and cosines in channel order by a stack, a
+    concatenation or (any other layout) a gather; each within 1e-6 of the reference."""
+    enc = posenc.preset(preset).resolve(options, grid=False)
+    plan = channel_plan(enc, dim, 1, preset, None)
+    assert plan.constants.arrangement == kind
+    p = np.arange(70_000, 70_300)
+    got = _direct.points(NumpyOps(), p[:, None], plan, np.float32, float32_only=True)
+    assert got.dtype == np.float32
+    assert np.abs(got - want(p.astype(np.float64))).max() < 1e-6
+
+
 def test_the_constants_are_exact_pieces():
-    """Each frequency's pieces: two of 12 significant bits, and they add up to the value
-    reduced by 2 pi (checked with exact rationals)."""
+    """Per frequency, checked with exact rationals: the turns of 4096 w / 2 pi and of
+    w / 2 pi, whole turns dropped, as a multiple of 2^-12, one of 2^-23 (at most 2^-13) and a
+    float32 rest; w / 2 pi itself as two pieces of 12 significant bits and a rest."""
     from fractions import Fraction
 
-    w = 10000.0 ** (-3 / 32)
-    a1, a2, _, w1, w2, _, o1, o2, o3 = (t[0] for t in _float32.constants((w,)))
-    for piece in (a1, a2, w1, w2, o1, o2):
-        mantissa = Fraction(piece)
-        while mantissa.denominator != 1:
-            mantissa *= 2
-        assert mantissa.numerator.bit_length() <= 12 or piece == 0
-    total = Fraction(o1) + Fraction(o2) + Fraction(o3)
-    assert abs(total - Fraction(w)) <= Fraction(w) * Fraction(1, 2**47)
+    two_pi = Fraction(mpmath.nstr(2 * mpmath.pi, 60))
+    for w in (10000.0 ** (-3 / 32), 1.0, 1000.0, 3e-9):
+        a1, a2, a3, w1, w2, w3, t1, t2, t3 = (c[0] for c in _float32.constants((w,)))
+        turns = Fraction(w) / two_pi
+        for scale, (x1, x2, x3) in ((4096, (a1, a2, a3)), (1, (w1, w2, w3))):
+            assert (Fraction(x1) * 2**12).denominator == 1
+            assert abs(x1) <= 0.5
+            assert (Fraction(x2) * 2**23).denominator == 1
+            assert abs(x2) <= 2**-13
+            exact = scale * turns - round(scale * turns)
+            total = Fraction(x1) + Fraction(x2) + Fraction(x3)
+            assert abs(total - exact) <= Fraction(1, 2**48)
+        for piece in (t1, t2):
+            mantissa = Fraction(piece)
+            while mantissa.denominator != 1:
+                mantissa *= 2
+            assert mantissa.numerator.bit_length() <= 12 or piece == 0
+        total = Fraction(t1) + Fraction(t2) + Fraction(t3)
+        assert abs(total - turns) <= turns * Fraction(1, 2**47)
 
 
 @pytest.mark.parametrize(("start", "step"), [(16_000_000.0, 1.0), (0.0, 1 / 0.7), (-5000.5, 3.0)])

@@ -468,6 +468,9 @@ class Ops(Protocol):
     def floor(self, x: Any) -> Any:
         """Elementwise floor (float in, float out)."""
 
+    def round(self, x: Any) -> Any:
+        """Elementwise nearest integer, ties to even (float in, float out)."""
+
     def bitcast(self, x: Any, dtype: Any) -> Any:
         """The bits of ``x`` read as ``dtype`` of the same width (float32 <-> int32)."""
 
@@ -512,7 +515,7 @@ class NumpyOps:
         return np.where(cond, a, b)
 
     sin, cos, abs = staticmethod(np.sin), staticmethod(np.cos), staticmethod(np.abs)
-    floor = staticmethod(np.floor)
+    floor, round = staticmethod(np.floor), staticmethod(np.rint)
 
     def bitcast(self, x: Any, dtype: Any) -> Any:
         return x.view(dtype)
@@ -592,6 +595,9 @@ class TorchOps:
     def floor(self, x: Any) -> Any:
         return x.floor()
 
+    def round(self, x: Any) -> Any:
+        return x.round()
+
     def bitcast(self, x: Any, dtype: Any) -> Any:
         return x.view(dtype)
 
@@ -655,6 +661,9 @@ class ArrayApiOps:
 
     def floor(self, x: Any) -> Any:
         return self.xp.floor(x)
+
+    def round(self, x: Any) -> Any:
+        return self.xp.round(x)
 
     def bitcast(self, x: Any, dtype: Any) -> Any:
         from jax import lax  # 16-bit float dtypes reach here only from JAX

@@ -52,12 +52,30 @@ class AxisPlan:
     amplitude: float = 1.0  # multiplies every sine and cosine before the one rounding
 
 
+def arrangement(columns: np.ndarray, u: int) -> str:
+    """How channels taking ``columns`` of the basis ``[sin w0, cos w0, …, 0, x…]`` of ``u``
+    frequencies are laid out: ``"interleaved"`` (the basis itself), ``"halves"``
+    (``[sin | cos]``), ``"flipped"`` (``[cos | sin]``), or ``"gather"`` (anything else)."""
+    columns = np.asarray(columns)
+    sines, cosines = np.arange(0, 2 * u, 2), np.arange(1, 2 * u, 2)
+    for kind, order in (
+        ("interleaved", np.arange(2 * u)),
+        ("halves", np.concatenate([sines, cosines])),
+        ("flipped", np.concatenate([cosines, sines])),
+    ):
+        if np.array_equal(columns, order):
+            return kind
+    return "gather"
+
+
 @dataclass(frozen=True)
 class PlanConstants:
     omega: tuple[float, ...]
     axis: tuple[int, ...]
     columns: tuple[int, ...]
-    axes: tuple[tuple[tuple[float, ...], tuple[int, ...]], ...]  # per axis: (omega, columns)
+    arrangement: str  # of columns (see arrangement)
+    # per axis: (omega, columns, arrangement)
+    axes: tuple[tuple[tuple[float, ...], tuple[int, ...], str], ...]
     largest: float  # the largest frequency (0 when none)
     exact: bool  # every frequency a power of two: exact products
     identities: bool  # some channel holds a position itself
@@ -136,8 +154,13 @@ class Plan:
             tuple(float(w) for w in self.omega),
             tuple(int(a) for a in self.axis),
             tuple(int(c) for c in self.columns),
+            arrangement(self.columns, len(self.omega)),
             tuple(
-                (tuple(float(self.omega[u]) for u in us), tuple(int(c) for c in cols))
+                (
+                    tuple(float(self.omega[u]) for u in us),
+                    tuple(int(c) for c in cols),
+                    arrangement(cols, len(us)),
+                )
                 for us, cols in self.axis_columns
             ),
             largest,
