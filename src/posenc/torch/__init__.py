@@ -23,9 +23,10 @@ Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
 
 from __future__ import annotations
 
+from ._positions import packed_positions
 from .diffusion import Timesteps
 from .rotary import RotaryEmbedding
-from .sequence import PositionalEncoding, SinusoidalEmbedding, encode, packed_positions
+from .sequence import PositionalEncoding, SinusoidalEmbedding, encode
 from .vision import DetrSineEncoding, GridEncoding
 
 __all__ = [
