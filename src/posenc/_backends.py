@@ -337,12 +337,12 @@ class TorchBackend(_Chunked):
         if not self.sixteen:
             return basis
         f = self._reused("float32", basis.shape, self.torch.float32)
-        key = (
-            self._reused("key", (basis.numel(),), self.torch.int32)
-            if dtype_name(self.dtype) == "float16"
-            else None
-        )
-        return _ready_for_half(self.torch, basis, self.dtype, f, key)
+        return _ready_for_half(self.torch, basis, self.dtype, f, self._key)
+
+    def _key(self, n: int) -> Any:
+        """int32 scratch of ``n`` values, kept from chunk to chunk (float16's midpoint
+        search)."""
+        return self._reused("key", (n,), self.torch.int32)
 
 
 HALF_MIDPOINTS = {"bfloat16": (0xFFFF, 0x8000), "float16": (0xFFF, 0)}
@@ -355,7 +355,7 @@ threshold)."""
 BLOCK = 64  # float32 values per block of the midpoint search
 
 
-def _ready_for_half(torch: Any, x64: Any, half: Any, f: Any, key: Any | None) -> Any:
+def _ready_for_half(torch: Any, x64: Any, half: Any, f: Any, scratch: Callable[[int], Any]) -> Any:
     """float32 values ``f`` (of ``x64``'s shape) whose cast to ``half`` (torch.bfloat16 or
     torch.float16) is ``x64`` rounded once, to nearest, ties to even.
 
@@ -367,7 +367,7 @@ def _ready_for_half(torch: Any, x64: Any, half: Any, f: Any, key: Any | None) ->
     bfloat16 of the low halves, read as int16: 0x8000 is their minimum) marks the few blocks
     that hold one, and only the values of those blocks that show the pattern are looked
     at: a few hundred per million. Any finite values, signed zeros and subnormals included.
-    ``key``: int32 scratch of ``x64``'s size for float16, None for bfloat16 (unused)."""
+    ``scratch(n)``: an int32 buffer of ``n`` values (asked for by float16 only)."""
     f.copy_(x64)
     flat = f.view(-1)
     name = dtype_name(half)
@@ -378,8 +378,7 @@ def _ready_for_half(torch: Any, x64: Any, half: Any, f: Any, key: Any | None) ->
         least = bits.view(torch.int16).view(-1, 2 * BLOCK).amin(dim=1)
         marked = least == -0x8000
     else:
-        assert key is not None, "float16 needs its int32 scratch"
-        masked = torch.bitwise_and(bits, mask, out=key[:whole])
+        masked = torch.bitwise_and(bits, mask, out=scratch(whole))
         marked = masked.view(-1, BLOCK).amin(dim=1) == value
     blocks = marked.nonzero()
     at = (blocks * BLOCK + torch.arange(BLOCK, device=f.device)).view(-1)

@@ -101,6 +101,17 @@ def constants(omega: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
     return tuple(zip(*rows, strict=True)) if rows else ((),) * 9
 
 
+def _wrapped(ops: Ops, t: Any) -> Any:
+    """``t`` turns with whole turns dropped: at most 1/2, exact for any float."""
+    return t - ops.round(t)
+
+
+def _split(ops: Ops, v: Any) -> tuple[Any, Any]:
+    """``v = v1 + v2``, ``v1`` the nearest multiple of 2^-12, ``|v2| <= 2^-13``: both exact."""
+    v1 = ops.round(v * SPLIT) * (1.0 / SPLIT)
+    return v1, v - v1
+
+
 def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
     """``a + b`` and its exact rounding error (Knuth)."""
     s = a + b
@@ -136,20 +147,16 @@ def sincos(
         q1, q2, q3 = (ops.asarray(c, f32, x) for c in _phases(phase))
         coarse, rest = coarse + q1, rest + q3  # still below 4096 (at most 4095.5 + 1/2)
         fine.append(q2)
-    turns = coarse - ops.round(coarse)
+    turns = _wrapped(ops, coarse)
     for term in fine:  # below 2 all along
         turns = turns + term
     if not integral:
-        f = x - i  # exact, |f| <= 1/2
-        f1 = ops.round(f * SPLIT) * (1.0 / SPLIT)
-        f2 = f - f1
-        whole = f1 * t1  # exact (11 and 12 significant bits)
-        turns, e1 = _two_sum(turns, whole - ops.round(whole))
+        f1, f2 = _split(ops, x - i)  # x - i exact, at most 1/2
+        turns, e1 = _two_sum(turns, _wrapped(ops, f1 * t1))  # f1 t1 exact (11 and 12 bits)
         turns, e2 = _two_sum(turns, f1 * t2)  # exact too
         rest = rest + (e1 + e2) + (f1 * t3 + f2 * (t1 + t2 + t3))
-    turns = turns - ops.round(turns)  # at most 1/2, exact
-    head = ops.round(turns * SPLIT) * (1.0 / SPLIT)  # turns = head + tail, both exact
-    tail = turns - head
+    turns = _wrapped(ops, turns)
+    head, tail = _split(ops, turns)
     small = (tail * TWO_PI_HI + turns * TWO_PI_LO) + rest * TWO_PI_32  # < 5e-3 for integers
     theta = head * TWO_PI_HI + small  # an exact product: one rounding, in the sum
     return ops.sin(theta), ops.cos(theta)

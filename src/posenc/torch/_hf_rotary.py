@@ -12,21 +12,10 @@ import torch
 from torch import Tensor
 
 from .. import _api, _rope_compat
-from .._rope import Rotary, _axes_last, _seq_len, rotary
-from .._validate import Positions, as_positions, check_choice
+from .._rope import _axes_last, _seq_len, rotary
+from .._validate import as_positions, check_choice
 from ._base import _traceable, _Tracked
-
-
-def _spread(r: Rotary, pos: Tensor | Positions) -> Any:
-    """Multimodal sections: ids without the sections' leading axis serve every axis (text
-    tokens, as transformers' modules broadcast them)."""
-    k = len(r.sections or ())
-    if not k:
-        return pos
-    if isinstance(pos, Positions):
-        v = pos.values
-        return Positions(v.expand(k, *v.shape), pos.integral, pos.low, pos.high)
-    return pos.expand(k, *pos.shape)
+from ._positions import _spread
 
 
 class HFRotaryEmbedding(_Tracked):

@@ -1,6 +1,7 @@
 """Positions of sequences from what a forward call is given: packed sequences'
 boundaries (``cu_seqlens``) and per-batch offsets (a KV cache), taken on the device with no
-host read where the values cannot be read (traced, or not on the CPU).
+host read where the values cannot be read (traced, or not on the CPU); and rotary ids spread
+over multimodal sections.
 
 Shapes: ``b`` batch, ``s`` sequence, ``t`` packed tokens.
 """
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._rope import Rotary
 from .._validate import PosencError, Positions, as_positions, assert_on_device, check_int
 from ._base import _short
 
@@ -94,3 +96,15 @@ def offset_positions(offset: Tensor, batch: int, length: Any, device: Any) -> Po
     if given.low < 0:
         raise PosencError(f"`offset` must be >= 0, got {_short(offset.tolist())}")
     return Positions(rows, True, given.low, given.high + length - 1)
+
+
+def _spread(r: Rotary, pos: Tensor | Positions) -> Any:
+    """Multimodal sections: ids without the sections' leading axis serve every axis (text
+    tokens, as transformers' modules broadcast them)."""
+    k = len(r.sections or ())
+    if not k:
+        return pos
+    if isinstance(pos, Positions):
+        v = pos.values
+        return Positions(v.expand(k, *v.shape), pos.integral, pos.low, pos.high)
+    return pos.expand(k, *pos.shape)

@@ -32,8 +32,8 @@ from .._validate import (
     tracing,
 )
 from ._base import _traceable, _Tracked
-from ._hf_rotary import HFRotaryEmbedding, _spread
-from ._positions import offset_positions, packed_positions
+from ._hf_rotary import HFRotaryEmbedding
+from ._positions import _spread, offset_positions, packed_positions
 
 WINDOW = 256
 """Rows kept past the cached ones, for decoding: a call whose positions span less than half
