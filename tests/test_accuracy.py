@@ -152,13 +152,14 @@ def test_float16_correctly_rounded_numpy(exact, kind):
 def test_round_to_odd_beats_double_rounding():
     """A value just above a bfloat16 midpoint that a float64->float32->bf16 cast rounds down."""
     torch = pytest.importorskip("torch")
-    from posenc._backends import TorchOps, round_to_odd
+    from posenc.evaluate.libs.torch import TorchBackend
+    from posenc.evaluate.rounding import round_to_odd
 
     mid = 1.0 + 2.0**-8  # midpoint between bf16 1.0 and 1.0078125
     x = torch.tensor([mid + 2.0**-40, mid - 2.0**-40, mid], dtype=torch.float64)
     naive = x.to(torch.float32).to(torch.bfloat16).double().tolist()
     assert naive[0] == 1.0  # the trap: double rounding lands on the tie, then on even
-    ours = round_to_odd(x, TorchOps()).to(torch.bfloat16).double().tolist()
+    ours = round_to_odd(x, TorchBackend()).to(torch.bfloat16).double().tolist()
     assert ours == [1.0078125, 1.0, 1.0]
 
 

@@ -1,5 +1,6 @@
-"""The float32-only evaluator (posenc._float32): float32 arithmetic alone, within 1e-6 of the
-exact encoding (mpmath) at positions below 2^24, where plain float32 errs by up to 0.3."""
+"""The float32-only evaluator (posenc.evaluate.float32): float32 arithmetic alone, within
+1e-6 of the exact encoding (mpmath) at positions below 2^24, where plain float32 errs by up
+to 0.3."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import numpy as np
 import pytest
 
 import posenc
-from posenc import _direct, _float32
-from posenc._backends import NumpyOps
-from posenc._layout import channel_plan
+from posenc.evaluate import direct as _direct
+from posenc.evaluate import float32 as _float32
+from posenc.evaluate.libs.numpy import NumpyBackend
+from posenc.spec.layout import channel_plan
 from tests import reference as ref
 
 mpmath.mp.prec = 120
@@ -50,7 +52,7 @@ def test_within_1e_6_of_mpmath(where, preset, dim, options):
     omega = channel_plan(enc, dim, 1, preset, None).constants.omega
     if preset in ("timestep", "tensor2tensor") and where != "small reals":
         x = (x / 64).astype(np.float32)  # angles within the 2^27 rad rule
-    s, c = _float32.sincos(NumpyOps(), x[:, None], omega)
+    s, c = _float32.sincos(NumpyBackend(), x[:, None], omega)
     assert s.dtype == np.float32
     want_s, want_c = _exact(x, omega)
     err = max(np.abs(s - want_s).max(), np.abs(c - want_c).max())
@@ -67,7 +69,7 @@ def test_phases_and_real_steps_of_grids():
     start, step = 12.345678, 1 / 0.7
     i = np.arange(0, 5000, 7, dtype=np.float32)
     s, _ = _float32.sincos(
-        NumpyOps(), i[:, None], tuple(step * w for w in omega), tuple(start * w for w in omega)
+        NumpyBackend(), i[:, None], tuple(step * w for w in omega), tuple(start * w for w in omega)
     )
     positions = [mpmath.mpf(start) + int(k) * mpmath.mpf(step) for k in i]
     want = np.array([[float(mpmath.sin(p * mpmath.mpf(w))) for w in omega] for p in positions])
@@ -77,7 +79,7 @@ def test_phases_and_real_steps_of_grids():
 def test_tables_through_the_direct_formula_in_float32():
     plan = channel_plan(posenc.preset("vaswani").encoding, 64, 1, "vaswani", None)
     x = np.arange(16_000_000, 16_000_256, dtype=np.int64)[:, None]
-    got = _direct.points(NumpyOps(), x, plan, np.float32, float32_only=True)
+    got = _direct.points(NumpyBackend(), x, plan, np.float32, float32_only=True)
     want = posenc.encode(x[:, 0], 64, dtype=np.float64)
     assert got.dtype == np.float32
     assert np.abs(got - want).max() < 1e-6
@@ -105,7 +107,7 @@ def test_every_channel_arrangement_in_float32(preset, dim, options, want, kind):
     plan = channel_plan(enc, dim, 1, preset, None)
     assert plan.constants.arrangement == kind
     p = np.arange(70_000, 70_300)
-    got = _direct.points(NumpyOps(), p[:, None], plan, np.float32, float32_only=True)
+    got = _direct.points(NumpyBackend(), p[:, None], plan, np.float32, float32_only=True)
     assert got.dtype == np.float32
     assert np.abs(got - want(p.astype(np.float64))).max() < 1e-6
 
@@ -141,11 +143,11 @@ def test_the_constants_are_exact_pieces():
 def test_progressions_by_angle_sums_stay_within_1e_6(start, step):
     """Concrete progressions join a table of 64-row block starts and one of 64 offsets by the
     angle-sum identities; the result stays within 1e-6 of float64."""
-    from posenc._positions import Progression
+    from posenc.evaluate.positions import Progression
 
     plan = channel_plan(posenc.preset("vaswani").encoding, 64, 1, "vaswani", None)
     prog = Progression(start, step, 1000)
-    got = _direct.grid(NumpyOps(), [prog], [0], plan, np.float32, None, float32_only=True)
+    got = _direct.grid(NumpyBackend(), [prog], [0], plan, np.float32, None, float32_only=True)
     want = posenc.encode(start + np.arange(1000) * step, 64, dtype=np.float64)
     assert got.dtype == np.float32
     assert np.abs(got - want).max() < 1e-6

@@ -381,7 +381,7 @@ def test_exact_tables_are_views_of_one_array():
 def test_apply_rope_in_blocks_is_the_same_as_in_one(monkeypatch, layout, dtype):
     """Large inputs rotate block by block (cache-sized float32 temporaries): the same bits as
     one pass, for tables that broadcast over any leading axes and blocks that cut any axis."""
-    import posenc._rope as core
+    import posenc.evaluate.libs.torch_rotation as core
 
     torch = pytest.importorskip("torch")
     x = torch.randn(2, 3, 50, 40, generator=torch.Generator().manual_seed(1))

@@ -374,7 +374,7 @@ def test_gptj_preset_pairs_every_two_as_gptj():
 # ---------------------------------------------------------------------------------------------
 # from_hf: the adapter against every covered family's own module
 
-from posenc._rope_compat import FAMILIES  # noqa: E402
+from posenc.compat.transformers import FAMILIES  # noqa: E402
 
 
 def _family_config(model_type):

@@ -331,7 +331,7 @@ def test_bfloat16_rounding_is_correct_at_midpoints(length):
     block) against the float64 value rounded once (the nearer bfloat16 neighbour, ties to
     even), on values planted exactly at, just above and just below midpoints, and on exact
     midpoints of float64; in any order and length (the last block may be partial)."""
-    from posenc._backends import TorchBackend
+    from posenc.evaluate.libs.torch import TorchBackend
 
     rng = np.random.default_rng(3)
     grid = torch.from_numpy(rng.uniform(-1, 1, 20_000)).to(torch.bfloat16).double()
@@ -497,7 +497,7 @@ def test_float16_rounding_is_numpys_one_rounding():
     included: random values of every scale, values planted at, just above and below float16
     midpoints (normal and subnormal), the edges of the subnormal and overflow ranges, in two
     shapes (whole blocks of 64 values, and a partial last block)."""
-    from posenc._backends import TorchBackend
+    from posenc.evaluate.libs.torch import TorchBackend
 
     rng = np.random.default_rng(5)
     normal = rng.uniform(-1, 1, 20_000).astype(np.float16).astype(np.float64)

@@ -215,8 +215,8 @@ def test_empty_grids_are_empty():
 
 
 def test_caches_are_bounded_in_bytes():
-    from posenc._engine import LEVELS, ORDERS, TABLES
-    from posenc._layout import PLANS
+    from posenc.evaluate.engine import LEVELS, ORDERS, TABLES
+    from posenc.spec.layout import PLANS
 
     posenc.table(1, 2**19)
     for width in range(1000, 11000, 1000):

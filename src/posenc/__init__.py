@@ -9,16 +9,17 @@
 Every value is the exact encoding (angles in float64) rounded once to the output dtype.
 """
 
-from ._api import detr, encode, grid, preset, presets, table
-from ._backends import get_num_threads, set_num_threads
-from ._engine import set_table_cache
-from ._positions import fairseq_positions
-from ._presets import Preset, RotaryPreset
-from ._rope import apply_rope, rope
-from ._scaling import softmax_scale
-from ._sharding import context_parallel_positions, tensor_parallel_channels
-from ._spec import Encoding
-from ._validate import PosencError
+from posenc.api.apply import apply_rope
+from posenc.api.detr import detr
+from posenc.api.rope import rope
+from posenc.api.sharding import context_parallel_positions, tensor_parallel_channels
+from posenc.api.sinusoidal import encode, fairseq_positions, grid, preset, presets, table
+from posenc.errors import PosencError
+from posenc.evaluate.engine import set_table_cache
+from posenc.evaluate.libs.numpy import get_num_threads, set_num_threads
+from posenc.spec.encoding import Encoding
+from posenc.spec.presets import Preset, RotaryPreset
+from posenc.spec.scaling import softmax_scale
 
 __version__ = "0.1.0"
 

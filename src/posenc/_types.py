@@ -3,7 +3,7 @@
 The return type of ``table``, ``encode``, ``grid``, ``rope``, ``apply_rope`` and ``detr``
 follows the library of the input: NumPy in, NumPy out; a torch tensor, a torch dtype or a
 device in, a torch tensor out; anything else (JAX, an Array API library) is ``Any``. The
-overloads in :mod:`posenc._api` and :mod:`posenc._rope` say so to a type checker.
+overloads in :mod:`posenc.api.sinusoidal` and :mod:`posenc.api.rope` say so to a type checker.
 """
 
 from __future__ import annotations

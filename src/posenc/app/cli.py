@@ -27,11 +27,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import __version__, _api
-from .._engine import PROGRESS
-from .._presets import RotaryPreset, get_preset
-from .._validate import MAX_AXES, PosencError
-from .files import (
+import posenc
+from posenc import __version__
+from posenc.app.files import (
     FORMATS,
     atomic,
     check_room,
@@ -44,6 +42,9 @@ from .files import (
     write,
     write_text,
 )
+from posenc.errors import MAX_AXES, PosencError
+from posenc.evaluate.engine import PROGRESS
+from posenc.spec.presets import RotaryPreset, get_preset
 
 EXIT_UNKNOWN = 1  # `identify`: the table is not a known encoding
 EXIT_FAILURE = 2
@@ -149,7 +150,7 @@ class Request:
         return f"{self.preset}, d={self.dim}, grid {'x'.join(map(str, self.shape))}"
 
     def channels(self) -> Any:
-        from .plots import channels
+        from posenc.app.plots import channels
 
         return channels(self.preset, self.dim, self.ndim, self.options, grid=self.shape is not None)
 
@@ -161,10 +162,10 @@ class Request:
         """The table, and the posenc call that makes it."""
         opts = self.options
         if self.shape is not None:
-            out = _api.grid(self.shape, self.dim, preset=self.preset, dtype=dtype, **opts)
+            out = posenc.grid(self.shape, self.dim, preset=self.preset, dtype=dtype, **opts)
             call = f"posenc.grid({self.shape}, {self.dim}, preset={self.preset!r}"
         else:
-            out = _api.table(
+            out = posenc.table(
                 self.length, self.dim, preset=self.preset, offset=self.offset, dtype=dtype, **opts
             )
             call = f"posenc.table({self.length}, {self.dim}, preset={self.preset!r}"
@@ -240,7 +241,7 @@ def _stream_npy(req: Request, dtype: str, path: Path) -> bool:
 
     def part(lo: int, n: int) -> np.ndarray:
         off = req.offset + lo
-        out: np.ndarray = _api.table(
+        out: np.ndarray = posenc.table(
             n, dim, preset=req.preset, offset=off, dtype=dtype, **req.options
         )
         return out
@@ -299,15 +300,15 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    names = _api.presets()
+    names = posenc.presets()
     width = max(len(n) for n in names)
     for kind, heading in (
         ("sinusoidal", "added to activations (posenc.table, encode, grid; posenc.torch)"),
         ("rotary", "rotary embeddings (posenc.rope, posenc.torch.RotaryEmbedding)"),
     ):
         print(f"# {kind}: {heading}")
-        for name in _api.presets(kind):
-            p = _api.preset(name)
+        for name in posenc.presets(kind):
+            p = posenc.preset(name)
             print(f"{name:<{width}}  {p.summary}")
             if not args.verbose:
                 continue
@@ -345,7 +346,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if args.dims is not None and max(args.dims) >= req.dim:
         raise PosencError(f"`--dims` must be channels below --dim {req.dim}, got {args.dims}")
     need("matplotlib", "plot", "posenc plot")
-    from . import plots
+    from posenc.app import plots
 
     ch = req.channels()
     out, call = req.compute("float64")
@@ -370,7 +371,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_identify(args: argparse.Namespace) -> int:
-    from .._identify import MATCH, identify
+    from posenc.app.identify import MATCH, identify
 
     stored = read(Path(args.file), args.name)
     where = f"{args.file}" + (f" [{stored.key}]" if stored.key else "")
@@ -394,7 +395,7 @@ def cmd_identify(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run
+    from posenc.app.demo import run
 
     return run(Path(args.out), force=args.force)
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _api
-from .._validate import PosencError
-from . import plots
-from .files import atomic, need
+import posenc
+from posenc.app import plots
+from posenc.app.files import atomic, need
+from posenc.errors import PosencError
 
 FIGURES = ("curves.png", "heatmap.png", "similarity.png", "patch.png", "accuracy.png")
 
@@ -46,7 +46,7 @@ def run(out_dir: Path, *, force: bool) -> int:
 
     ch = plots.channels("vaswani", 64, 1, {}, grid=False)
     dims = plots.spread(ch, 100)
-    pe = _api.table(100, 64, dtype=np.float64)
+    pe = posenc.table(100, 64, dtype=np.float64)
     figs = {
         "curves.png": plots.curves(
             pe, dims, "vaswani, d=64, 100 positions", "posenc.table(100, 64)", ch=ch
@@ -57,7 +57,7 @@ def run(out_dir: Path, *, force: bool) -> int:
         f"periods {', '.join(f'{ch.period[d]:.1f}' for d in dims)} positions"
     )
 
-    heat = _api.table(256, 128, preset="whisper", dtype=np.float64)
+    heat = posenc.table(256, 128, preset="whisper", dtype=np.float64)
     figs["heatmap.png"] = plots.heatmap(
         heat,
         "whisper, d=128, 256 positions",
@@ -67,9 +67,11 @@ def run(out_dir: Path, *, force: bool) -> int:
     lines.append("heatmap.png: Whisper's table, sines in channels 0-63 and cosines in 64-127")
 
     tables = {
-        "vaswani": _api.table(512, 128, dtype=np.float64),
-        "whisper (tensor2tensor spacing)": _api.table(512, 128, preset="whisper", dtype=np.float64),
-        "vaswani with base=500": _api.table(512, 128, base=500.0, dtype=np.float64),
+        "vaswani": posenc.table(512, 128, dtype=np.float64),
+        "whisper (tensor2tensor spacing)": posenc.table(
+            512, 128, preset="whisper", dtype=np.float64
+        ),
+        "vaswani with base=500": posenc.table(512, 128, base=500.0, dtype=np.float64),
     }
     figs["similarity.png"] = plots.similarity(
         tables,
@@ -82,7 +84,7 @@ def run(out_dir: Path, *, force: bool) -> int:
         "100: " + "; ".join(f"{k} {v[10]:.3f} / {v[100]:.3f}" for k, v in sim.items())
     )
 
-    grid = _api.grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
+    grid = posenc.grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
     figs["patch.png"] = plots.patch_similarity(
         grid,
         (14, 14),
@@ -107,7 +109,7 @@ def run(out_dir: Path, *, force: bool) -> int:
             float(np.abs(_float32_tutorial(positions, 512) - exact).max())
         )
         errors["posenc float32"].append(
-            float(np.abs(_api.encode(positions, 512).astype(np.float64) - exact).max())
+            float(np.abs(posenc.encode(positions, 512).astype(np.float64) - exact).max())
         )
     figs["accuracy.png"] = plots.error_by_position(
         {k: (starts, np.array(v)) for k, v in errors.items()},

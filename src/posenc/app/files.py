@@ -23,7 +23,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from .._validate import PosencError, check_size
+from posenc.errors import PosencError, check_size
+from posenc.evaluate.libs.numpy import host_memory
 
 FORMATS = ("npy", "pt", "safetensors", "csv", "json")
 READABLE = ("npy", "npz", "pt", "safetensors")
@@ -224,7 +225,7 @@ def read(path: Path, name: str | None) -> Stored:
     key = _pick(tensors, name, path)
     value = tensors[key]
     dtype = _real_dtype(value, f"{path.name}" + (f" [{key}]" if key else ""))
-    check_size(f"reading {path.name}", tuple(value.shape), 8)
+    check_size(f"reading {path.name}", tuple(value.shape), 8, host_memory())
     return Stored(key, _as_float64(value), dtype)
 
 

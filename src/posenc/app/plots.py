@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._layout import ZERO, plan
-from .._presets import get_preset
-from .files import need
+from posenc.app.files import need
+from posenc.spec.layout import ZERO, plan
+from posenc.spec.presets import get_preset
 
 STYLE = {
     "font.size": 9.0,

@@ -1,11 +1,11 @@
 """PyTorch modules: drop-in sinusoidal encodings for transformers, ViTs, DETR and diffusion.
 
 Every module holds a preset (an :class:`~posenc.Encoding` and a width) and calls the core,
-which chooses the evaluation (:mod:`posenc._evaluate`): eager calls run the exact engine,
+which chooses the evaluation (:mod:`posenc.evaluate`): eager calls run the exact engine,
 compiled ones (``torch.compile(fullgraph=True)``) the same float64 formula in torch ops, and
 exported ones (``torch.export``, ONNX) and MPS a float32-only formula within 1e-6
-(:mod:`posenc._float32`); meta inputs give meta outputs. Angles are formed in float64 and the
-result is rounded once to the dtype of the activations (to odd first for 16-bit dtypes), so
+(:mod:`posenc.evaluate.float32`); meta inputs give meta outputs. Angles are formed in float64
+and the result is rounded once to the dtype of the activations (to odd first for 16-bit dtypes), so
 ``module.to(torch.bfloat16)``, ``.half()`` and autocast never degrade the encoding.
 
 No table is saved, and the modules have no buffers (DDP and FSDP have nothing to broadcast). A
@@ -23,11 +23,11 @@ Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
 
 from __future__ import annotations
 
-from ._positions import packed_positions
-from .diffusion import Timesteps
-from .rotary import RotaryEmbedding
-from .sequence import PositionalEncoding, SinusoidalEmbedding, encode
-from .vision import DetrSineEncoding, GridEncoding
+from posenc.torch._positions import packed_positions
+from posenc.torch.diffusion import Timesteps
+from posenc.torch.rotary import RotaryEmbedding
+from posenc.torch.sequence import PositionalEncoding, SinusoidalEmbedding, encode
+from posenc.torch.vision import DetrSineEncoding, GridEncoding
 
 __all__ = [
     "DetrSineEncoding",

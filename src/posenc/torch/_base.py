@@ -10,11 +10,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .. import _api
-from .._layout import Plan, channel_plan, check_channels
-from .._presets import get_preset
-from .._validate import PosencError, Positions, as_positions, check_device, check_int, tracing
-from ._checkpoint import check_saved_tables
+from posenc import evaluate
+from posenc.errors import PosencError, check_int
+from posenc.evaluate.libs import as_positions, tracing
+from posenc.evaluate.libs.torch import check_device
+from posenc.evaluate.positions import Positions
+from posenc.spec.layout import Plan, channel_plan, check_channels
+from posenc.spec.presets import get_preset
+from posenc.torch._checkpoint import check_saved_tables
 
 
 class _Tracked(nn.Module):
@@ -84,7 +87,7 @@ def _traceable(plan: Plan) -> Plan:
 
 
 def _api_device(device: Any) -> torch.device:
-    out: torch.device = check_device(torch, "cpu" if device is None else device)
+    out: torch.device = check_device("cpu" if device is None else device)
     return out
 
 
@@ -131,7 +134,7 @@ class _Cached(_Module):
     def _span(self, start: int, length: Any, dtype: torch.dtype, device: Any) -> Tensor:
         """Rows ``start … start + length - 1``: a run of positions, evaluated as a table
         (every evaluator's fastest form; ``length`` may be symbolic under tracing)."""
-        out: Tensor = _api.evaluate_span(
+        out: Tensor = evaluate.span(
             self._plan,
             float(start),
             length,
@@ -146,7 +149,7 @@ class _Cached(_Module):
         self.reset_parameters()
 
     def _computed(self, pos: Positions, dtype: torch.dtype) -> Tensor:
-        out: Tensor = _api.evaluate_points(
+        out: Tensor = evaluate.points(
             self._plan, pos, coords=False, dtype=dtype, padding_idx=self.enc.padding_idx
         )
         return out

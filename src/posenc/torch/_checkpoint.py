@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._validate import PosencError
+from posenc.errors import PosencError
 
 # the names the original modules saved their tables under (tutorial, timm/MAE, Whisper,
 # fairseq, HF ViT-MAE)
@@ -101,7 +101,7 @@ def _problem(module: Any, saved: Any) -> str | None:
 
 def _what_it_is(rows: np.ndarray) -> str:
     """The preset the table matches, if any (the `posenc identify` machinery)."""
-    from .._identify import MATCH, identify
+    from posenc.app.identify import MATCH, identify
 
     try:
         found = identify(rows)

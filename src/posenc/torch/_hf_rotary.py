@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .. import _api, _rope_compat
-from .._rope import _axes_last, _seq_len, rotary
-from .._validate import as_positions, check_choice
-from ._base import _traceable, _Tracked
-from ._positions import _spread
+from posenc import evaluate
+from posenc.compat import transformers as _rope_compat
+from posenc.errors import check_choice
+from posenc.evaluate.libs import as_positions
+from posenc.spec.rotary import rotary
+from posenc.torch._base import _traceable, _Tracked
+from posenc.torch._positions import _spread
 
 
 class HFRotaryEmbedding(_Tracked):
@@ -54,8 +56,8 @@ class HFRotaryEmbedding(_Tracked):
         pos = as_positions(position_ids, "position_ids", on_device=not r.scaling.rule.uses_seq_len)
         if pos.values.ndim == 2:
             pos = _spread(r, pos)
-        pos = _axes_last(r, pos)
-        seq_len = _seq_len(r, pos, None) if r.scaling.rule.uses_seq_len else None
+        pos = evaluate.rotary_axes_last(r, pos)
+        seq_len = evaluate.rotary_seq_len(r, pos, None) if r.scaling.rule.uses_seq_len else None
         if self.compat is not None:
             if r.scaling.rope_type == "dynamic" and seq_len is not None:
                 seq_len = self._remember(seq_len)
@@ -64,7 +66,7 @@ class HFRotaryEmbedding(_Tracked):
             return _rope_compat.rope(r, pos, seq_len, torch.float32 if self._float32 else x.dtype)
         plan = self._plan if r.scaling.phase(seq_len) is None else r.plan(seq_len)
         work = torch.float32 if self._float32 else x.dtype
-        both = _api.evaluate_points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
+        both = evaluate.points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
         w = r.width
         if self.form == "complex":
             return torch.complex(both[..., :w], both[..., w:])

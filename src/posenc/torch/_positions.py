@@ -13,9 +13,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._rope import Rotary
-from .._validate import PosencError, Positions, as_positions, assert_on_device, check_int
-from ._base import _short
+from posenc.errors import PosencError, check_int
+from posenc.evaluate.libs import as_positions
+from posenc.evaluate.libs.torch import assert_on_device
+from posenc.evaluate.positions import Positions
+from posenc.spec.rotary import Rotary
+from posenc.torch._base import _short
 
 
 def packed_positions(cu_seqlens: Tensor, total: int | None = None) -> Tensor:

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from .. import _api
-from .._layout import channel_plan
-from .._validate import as_positions, check_int
-from ._base import _Module, _traceable
+from posenc import evaluate
+from posenc.errors import check_int
+from posenc.evaluate.libs import as_positions
+from posenc.spec.layout import channel_plan
+from posenc.torch._base import _Module, _traceable
 
 
 class Timesteps(_Module):
@@ -58,7 +59,7 @@ class Timesteps(_Module):
     def forward(self, timesteps: Tensor) -> Tensor:
         """The embedding of ``timesteps`` (``[*]``, integer or real): ``[*, dim]``."""
         pos = as_positions(timesteps, "timesteps", on_device=True)
-        out: Tensor = _api.evaluate_points(
+        out: Tensor = evaluate.points(
             self._plan, pos, coords=False, dtype=self._dtype, padding_idx=None
         )
         return out

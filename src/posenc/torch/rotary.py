@@ -1,7 +1,7 @@
 """Rotary position embeddings as a module: ``RotaryEmbedding`` rotates queries and keys, and
 ``RotaryEmbedding.from_hf`` stands in for a transformers model's own rotary module.
 
-The tables come from the core (:mod:`posenc._rope`): exact (float64 angles, one rounding),
+The tables come from the core (:mod:`posenc.api.rope`): exact (float64 angles, one rounding),
 in float32 for float32 and 16-bit activations (the rotation runs in float32, then rounds once
 to the activations' dtype) and float64 for float64 ones. Eager calls keep the tables of the
 first ``cached_length`` positions, and a window of rows past them for decoding; traced calls
@@ -20,20 +20,16 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 from torch import Tensor
 
-from .. import _api
-from .._layout import Plan
-from .._rope import Rotary, _axes_last, rotary, rotate
-from .._validate import (
-    PosencError,
-    Positions,
-    as_positions,
-    check_bool,
-    check_int,
-    tracing,
-)
-from ._base import _traceable, _Tracked
-from ._hf_rotary import HFRotaryEmbedding
-from ._positions import _spread, offset_positions, packed_positions
+from posenc import evaluate
+from posenc.errors import PosencError, check_bool, check_int
+from posenc.evaluate.libs import as_positions, tracing
+from posenc.evaluate.libs.torch_rotation import rotate
+from posenc.evaluate.positions import Positions
+from posenc.spec.layout import Plan
+from posenc.spec.rotary import Rotary, rotary
+from posenc.torch._base import _traceable, _Tracked
+from posenc.torch._hf_rotary import HFRotaryEmbedding
+from posenc.torch._positions import _spread, offset_positions, packed_positions
 
 WINDOW = 256
 """Rows kept past the cached ones, for decoding: a call whose positions span less than half
@@ -135,7 +131,7 @@ class RotaryEmbedding(_Tracked):
 
         Args:
             config: a transformers config (``LlamaConfig``, ``Qwen2VLConfig``, …) of a family
-                in ``posenc._rope_compat.FAMILIES``; any other is refused, by name.
+                in ``posenc.compat.transformers.FAMILIES``; any other is refused, by name.
             compat: ``"transformers"``: transformers' float32 numbers bit for bit (not one
                 logit changes); default exact.
             device: where the module lives (it follows ``.to()``).
@@ -331,15 +327,15 @@ class RotaryEmbedding(_Tracked):
             return None
         length = self._tables.scaling.p["original_max_position_embeddings"]
         coords = self.rotary.ndim > 1
-        short = _api.evaluate_points(self._plan, pos, coords=coords, dtype=work, padding_idx=None)
-        long = _api.evaluate_points(self._long, pos, coords=coords, dtype=work, padding_idx=None)
+        short = evaluate.points(self._plan, pos, coords=coords, dtype=work, padding_idx=None)
+        long = evaluate.points(self._long, pos, coords=coords, dtype=work, padding_idx=None)
         return torch.where(pos.values.max() + 1 > length, long, short)
 
     def _rows(self, values: Tensor | Positions, work: torch.dtype, device: torch.device) -> Tensor:
         """Rows for explicit positions (sections leading, axes trailing)."""
         r = self.rotary
         given = values if isinstance(values, Positions) else as_positions(values, on_device=True)
-        pos = _axes_last(r, given)
+        pos = evaluate.rotary_axes_last(r, given)
         if (chosen := self._traced_longrope(pos, work)) is not None:
             return chosen
         plan = self._plan_at(pos)
@@ -358,9 +354,7 @@ class RotaryEmbedding(_Tracked):
             if high - low < WINDOW // 2:
                 start, table = self._near(low, work, device)
                 return table[pos.values - start]
-        out: Tensor = _api.evaluate_points(
-            plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None
-        )
+        out: Tensor = evaluate.points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
         return out
 
     def _span(self, start: int, length: Any, work: torch.dtype, device: torch.device) -> Tensor:
@@ -423,7 +417,7 @@ class RotaryEmbedding(_Tracked):
 def _computed(plan: Plan, start: int, length: Any, work: torch.dtype, device: Any) -> Tensor:
     """Rows ``start … start + length - 1`` of ``plan``, in ``work``, computed as a module
     forward does: on an accelerator, on the device alone (no host read or copy)."""
-    out: Tensor = _api.evaluate_span(
+    out: Tensor = evaluate.span(
         plan, float(start), length, dtype=work, device=device, on_device=True
     )
     return out

@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .. import _api
-from .._validate import (
+from posenc.api import sinusoidal
+from posenc.errors import (
     PosencError,
-    as_positions,
     check_bool,
     check_int,
     check_real,
 )
-from ._base import _Cached
-from ._positions import offset_positions, packed_positions
+from posenc.evaluate.libs import as_positions
+from posenc.torch._base import _Cached
+from posenc.torch._positions import offset_positions, packed_positions
 
 
 def encode(
@@ -40,7 +40,7 @@ def encode(
         >>> posenc.torch.encode(ids, 64).shape
         torch.Size([2, 5, 64])
     """
-    out: Tensor = _api.encode(
+    out: Tensor = sinusoidal.encode(
         positions, dim, preset=preset, dtype=dtype or torch.get_default_dtype(), **options
     )
     return out

@@ -9,11 +9,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .. import _api
-from .._layout import Plan, channel_plan, check_channels
-from .._positions import grid_shape
-from .._validate import PosencError, check_int
-from ._base import _Module, _traceable
+from posenc import evaluate
+from posenc.errors import PosencError, check_int
+from posenc.evaluate.positions import grid_shape
+from posenc.spec.layout import Plan, channel_plan, check_channels
+from posenc.torch._base import _Module, _traceable
 
 
 class GridEncoding(_Module):
@@ -87,7 +87,7 @@ class GridEncoding(_Module):
         """``[extra + prod(grid), d]``: the rows ``forward`` adds."""
         dims = grid_shape(tuple(grid), self.enc.ndim)
         crop = None if self.pos_embed_max_size is None else (self.pos_embed_max_size,) * len(dims)
-        full = _api.evaluate_grid(
+        full = evaluate.grid(
             self._plan_for(len(dims)),
             self.enc,
             dims,
@@ -214,9 +214,7 @@ class DetrSineEncoding(_Module):
                     f"got {getattr(pixel_mask, 'dtype', type(pixel_mask).__name__)}"
                 )
             mask = pixel_mask == 0
-        out: Tensor = _api.evaluate_detr(
-            self._plan, self.enc, mask, dtype=self._dtype, on_device=True
-        )
+        out: Tensor = evaluate.detr(self._plan, self.enc, mask, dtype=self._dtype, on_device=True)
         return out
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from ._validate import PosencError
+from posenc.errors import PosencError
 
 Spacing = Literal["geometric", "pow2"]
 

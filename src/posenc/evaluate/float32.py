@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backends import Ops
+from posenc.evaluate.libs.base import Backend
 
 TWO_PI = Fraction(
     "6.283185307179586476925286766559005768394338798750211641949889184615632812572417997256"
@@ -101,12 +101,12 @@ def constants(omega: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
     return tuple(zip(*rows, strict=True)) if rows else ((),) * 9
 
 
-def _wrapped(ops: Ops, t: Any) -> Any:
+def _wrapped(ops: Backend, t: Any) -> Any:
     """``t`` turns with whole turns dropped: at most 1/2, exact for any float."""
     return t - ops.round(t)
 
 
-def _split(ops: Ops, v: Any) -> tuple[Any, Any]:
+def _split(ops: Backend, v: Any) -> tuple[Any, Any]:
     """``v = v1 + v2``, ``v1`` the nearest multiple of 2^-12, ``|v2| <= 2^-13``: both exact."""
     v1 = ops.round(v * SPLIT) * (1.0 / SPLIT)
     return v1, v - v1
@@ -126,7 +126,7 @@ def _phases(phase: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
 
 
 def sincos(
-    ops: Ops,
+    ops: Backend,
     x: Any,
     omega: tuple[float, ...],
     phase: tuple[float, ...] | None = None,

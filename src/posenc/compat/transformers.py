@@ -7,7 +7,7 @@ frequencies of each ``rope_type`` (``modeling_rope_utils.py`` and the models'
 ``sin``, ``* attention_factor`` as a Python float, the layout, ``.to(dtype)``. Every step is
 elementwise, so merging multimodal sections or duplicating halves before or after ``cos``
 gives the same bits. The rules' parameters and validation are those of
-:mod:`posenc._scaling`; only the arithmetic is here. These numbers are not exact (float32
+:mod:`posenc.spec.scaling`; only the arithmetic is here. These numbers are not exact (float32
 angles drift with the position): :func:`posenc.rope` without ``compat`` is.
 """
 
@@ -17,20 +17,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ._backends import compat_dtype, compat_in, compat_out, compat_torch
-from ._rope import LAYOUTS, Rotary, _section_axes
-from ._scaling import longrope_attention, longrope_long, yarn_attention, yarn_factor, yarn_range
-from ._validate import PosencError, Positions, show
+import torch
 
-
-def _torch() -> Any:
-    return compat_torch("transformers")
+from posenc.errors import PosencError, show
+from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
+from posenc.evaluate.positions import Positions
+from posenc.spec.rotary import LAYOUTS, Rotary, section_axes
+from posenc.spec.scaling import (
+    longrope_attention,
+    longrope_long,
+    yarn_attention,
+    yarn_factor,
+    yarn_range,
+)
 
 
 def inv_freq(r: Rotary, seq_len: int | None, device: Any = None) -> tuple[Any, float]:
     """transformers' float32 inverse frequencies and attention factor for this rule, as a
     freshly built rotary module holds them for a sequence of ``seq_len``."""
-    torch = _torch()
     d, base, p = r.dim, r.base, r.scaling.p
     kind = r.scaling.rope_type
 
@@ -92,25 +96,24 @@ def inv_freq(r: Rotary, seq_len: int | None, device: Any = None) -> tuple[Any, f
 def rope(r: Rotary, pos: Positions, seq_len: int | None, dtype: Any) -> tuple[Any, Any]:
     """``(cos, sin)`` as transformers computes them; positions with the axis of several
     sections last (as :func:`posenc.rope` passes them)."""
-    torch = _torch()
     if r.axes_dim is not None:
         raise PosencError(
             "`compat='transformers'` has no axial rule: axial RoPE (FLUX) is diffusers', whose "
             "float64 tables are the exact ones; drop `compat`"
         )
-    x, numpy_out = compat_in(torch, pos.values)
-    out_dtype = compat_dtype(torch, dtype, torch.get_default_dtype())
+    x, numpy_out = compat_in(pos.values)
+    out_dtype = compat_dtype(dtype, torch.get_default_dtype())
     freq, factor = inv_freq(r, seq_len, device=x.device)
     ids = x.float()
     if r.sections is not None:  # each frequency reads its section's axis
-        axis = torch.from_numpy(_section_axes(r)).to(x.device)
+        axis = torch.from_numpy(section_axes(r)).to(x.device)
         angles = torch.take_along_dim(ids, axis.expand(*ids.shape[:-1], -1), dim=-1) * freq
     else:
         angles = ids[..., None] * freq
     cols = torch.tensor(LAYOUTS[r.layout](r.dim // 2), device=x.device)
     cos = (angles.cos() * factor)[..., cols].to(out_dtype)
     sin = (angles.sin() * factor)[..., cols].to(out_dtype)
-    cos, sin = compat_out(torch, (cos, sin), numpy_out)
+    cos, sin = compat_out((cos, sin), numpy_out)
     return cos, sin
 
 
@@ -230,7 +233,6 @@ def _field(config: Any, name: str, model_type: Any) -> Any:
 def polar(r: Rotary, pos: Positions, seq_len: int | None) -> Any:
     """Llama 4's and DeepSeek-V2's complex form, as transformers computes it:
     ``polar(1, ids.float() * inv_freq) * attention_factor``, complex64."""
-    torch = _torch()
     x = pos.values
     freq, factor = inv_freq(r, seq_len, device=x.device)
     angles = x.float()[..., None] * freq

@@ -1,4 +1,4 @@
-"""The engine: evaluates a :class:`~posenc._layout.Plan` at positions, into an output array.
+"""The engine: evaluates a :class:`~posenc.spec.layout.Plan` at positions, into an output array.
 
 Accuracy. Every angle ``x * omega`` is formed in float64 (relative error 2^-53, so below
 2e-9 rad for ``|x| < 2^24``), its sine and cosine are evaluated in float64, and the result is
@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from ._backends import Backend
-from ._cache import BoundedCache, nbytes
-from ._layout import AxisPlan, Plan, Run
-from ._positions import Progression
-from ._validate import check_int
+from posenc.cache import BoundedCache, nbytes
+from posenc.errors import check_int
+from posenc.evaluate.libs.base import Backend
+from posenc.evaluate.positions import Progression
+from posenc.spec.layout import AxisPlan, Plan, Run
 
 PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("PROGRESS", default=None)
 """Set by the command line to draw a progress bar: called with (rows done, rows)."""
@@ -123,7 +123,7 @@ def _canonical_coarse(bk: Backend, blocks: np.ndarray, w: np.ndarray) -> Any:
         bk.f64(tops.astype(np.float64) * float(LEVEL * LEVEL))[:, None] * bk.f64(w)[None, :],
         coarse=True,
     )
-    return bk.take(top, where) * bk.take(bk.complex(l1), b)
+    return bk.rows(top, where) * bk.rows(bk.complex(l1), b)
 
 
 def integer_progression_source(bk: Backend, start: int, length: int, omega: np.ndarray) -> Source:
@@ -223,7 +223,7 @@ def points_source(bk: Backend, x: Any, integral: bool, omega: np.ndarray) -> Sou
     fine = bk.complex(_levels(omega.tobytes())[0])
 
     def product(lo: int, hi: int, into: Any) -> None:
-        bk.product(bk.take(coarse, where[lo:hi]), bk.take(fine, c[lo:hi]), into)
+        bk.product(bk.rows(coarse, where[lo:hi]), bk.rows(fine, c[lo:hi]), into)
 
     return ranges, product
 
@@ -274,7 +274,7 @@ def _write(
         # a grid axis: its few rows are put in channel order once, then broadcast over the
         # other axes in contiguous runs of channels
         order, spans = _channel_order(runs, width)
-        ordered = bk.cast(bk.rounded(basis(exact=True))[:, order], out.dtype)
+        ordered = bk.contiguous(bk.rounded(basis(exact=True))[:, order], out.dtype)
         for first, dst in spans:
             count = len(range(dst.stop)[dst])
             out[(*index, dst)] = ordered[:, first : first + count].reshape(*shape, count)

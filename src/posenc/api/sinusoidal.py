@@ -1,36 +1,27 @@
-"""The public functions: ``table``, ``encode``, ``grid``, ``detr``."""
+"""The sinusoidal front-end: ``table``, ``encode``, ``grid``, and the preset lookups."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from ._backends import Ops, array_namespace, is_torch, is_torch_dtype, ops_for
-from ._evaluate import Direct, Evaluator, evaluator
-from ._layout import Plan, channel_plan
-from ._positions import Progression, grid_axes, grid_shape
-from ._presets import PRESETS, ROTARY_PRESETS, Preset, RotaryPreset, get_preset
-from ._spec import Encoding
-from ._types import ArrayLike, Floats, NumpyDType
-from ._validate import (
-    ANGLE_LIMIT,
-    MAX_POSITION,
+from posenc import evaluate
+from posenc._types import ArrayLike, Floats, NumpyDType
+from posenc.errors import (
     PosencError,
-    Positions,
-    as_positions,
-    assert_traced,
-    check_angles,
     check_choice,
-    check_float32_only,
     check_int,
     check_real,
-    tracing,
 )
+from posenc.evaluate.libs import as_positions, backend_of, is_torch
+from posenc.evaluate.positions import grid_shape
+from posenc.spec.encoding import Encoding
+from posenc.spec.layout import channel_plan
+from posenc.spec.presets import PRESETS, ROTARY_PRESETS, Preset, RotaryPreset, get_preset
 
 if TYPE_CHECKING:
-    from ._types import Device, Tensor, TorchDType
+    from posenc._types import Device, Tensor, TorchDType
 
 
 def presets(kind: str | None = None) -> list[str]:
@@ -200,57 +191,13 @@ def table(
     length = check_int("length", length)
     offset_f = check_real("offset", offset)
     if compat is not None:
-        if is_torch(like) and device is None:
-            device = like.device
-        torch_out = device is not None or is_torch_dtype(dtype)
         start = int(offset_f) if offset_f.is_integer() else offset_f
-        if torch_out:
-            import torch
-
-            positions: Any = torch.arange(start, start + length, device=device)
-        else:
-            positions = np.arange(start, start + length)
+        original = _compat_module()
+        positions = original.arange(start, length, dtype=dtype, device=device, like=like)
         return _original(p, enc, positions, dim, dtype, compat, channels, like)
     pl = channel_plan(enc, dim, 1, p.label(options), channels)
-    if is_torch(like) and device is None:
-        device = like.device
-    return evaluate_span(pl, offset_f, length, dtype=dtype, device=device, like=like,
+    return evaluate.span(pl, offset_f, length, dtype=dtype, device=device, like=like,
                          padding_idx=enc.padding_idx)  # fmt: skip
-
-
-def evaluate_span(
-    pl: Plan,
-    start: float,
-    length: Any,
-    *,
-    dtype: Any,
-    device: Any,
-    like: Any = None,
-    padding_idx: int | None = None,
-    on_device: bool = False,
-) -> Any:
-    """Rows ``start … start + length - 1`` under a resolved 1D plan: the evaluation half of
-    :func:`table`, which modules call for a run of positions (a table is every evaluator's
-    fastest form). Under tracing ``length`` may be symbolic; the checks then wait for eager
-    calls. ``on_device``: see :func:`posenc._evaluate.evaluator`."""
-    ev = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
-    prog = Progression(start, 1.0, length)
-    if not tracing():
-        _check(pl, prog.bound, "`offset` and `length`", ev)
-    return ev.grid(pl, [prog], [0], padding_idx=padding_idx)
-
-
-def _check(pl: Plan, bound: float | None, what: str, ev: Evaluator) -> None:
-    """The accuracy rule, and included inputs (NeRF) that the output dtype can hold."""
-    c = pl.constants
-    check_angles(c.largest, bound, what, exact=c.exact, who=pl.who)
-    if ev.float32_only:
-        check_float32_only(c.largest, bound, what)
-    if c.identities and bound is not None and bound > ev.largest:
-        raise PosencError(
-            f"{what} must fit the output dtype {ev.dtype} (the positions themselves are "
-            f"channels of this encoding): its largest value is {ev.largest:g}, got {bound:g}"
-        )
 
 
 @overload
@@ -363,7 +310,7 @@ def encode(
             f"got shape {tuple(x.shape)}"
         )
     pl = channel_plan(enc, dim, k, p.label(options), channels)
-    return evaluate_points(pl, pos, coords=coords, dtype=dtype, padding_idx=enc.padding_idx)
+    return evaluate.points(pl, pos, coords=coords, dtype=dtype, padding_idx=enc.padding_idx)
 
 
 def _original(
@@ -390,37 +337,18 @@ def _original(
             f"`positions` must stay below 2^24 with `compat`: the originals cast them to "
             f"float32, got {pos.bound:g}"
         )
-    from . import _sinusoid_compat
-
-    return _sinusoid_compat.evaluate(p.name, enc, pos, dim, dtype)
+    return _compat_module().evaluate(p.name, enc, pos, dim, dtype)
 
 
-def evaluate_points(
-    pl: Plan, pos: Positions, *, coords: bool, dtype: Any, padding_idx: int | None
-) -> Any:
-    """Checked positions ``[*s]`` (``[*s, k]`` with ``coords``) under a resolved plan ->
-    ``[*s, width]``: the evaluation half of :func:`encode`, which modules call directly."""
-    x = pos.values
-    lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
-    # positions not read on the host (traced, or a module's on an accelerator) are evaluated
-    # where they are, and the accuracy rule is checked there
-    ev = evaluator(like=x, dtype=dtype, on_device=pos.bound is None)
-    _check(pl, pos.bound, "`positions`", ev)
-    if pos.bound is None and is_torch(x) and pl.constants.largest > 0:
-        c = pl.constants
-        if not c.exact:
-            assert_traced(x, c.angle_rule, min(MAX_POSITION, ANGLE_LIMIT / c.largest))
-        if ev.float32_only:
-            assert_traced(x, "`positions` must stay below 2^24 in float32-only graphs", 2.0**24)
-    flat = _reshape(ev, x, (-1, pl.ndim))
-    out = ev.points(pl, flat, pos.integral, padding_idx)
-    return _reshape(ev, out, (*lead, pl.dim))
-
-
-def _reshape(ev: Evaluator, x: Any, shape: tuple[int, ...]) -> Any:
-    if isinstance(ev, Direct):
-        return ev.ops.reshape(x, shape)
-    return x.reshape(shape)
+def _compat_module() -> Any:
+    """:mod:`posenc.compat.sinusoid`, which computes with torch."""
+    try:
+        from posenc.compat import sinusoid
+    except ImportError:
+        raise PosencError(
+            "`compat='original'` computes with torch: pip install 'posenc[torch]'"
+        ) from None
+    return sinusoid
 
 
 def _axes(p: Preset, ndim: int | None) -> int:
@@ -542,147 +470,24 @@ def grid(
     pl = channel_plan(enc, dim, len(dims), p.label(options), channels)
     if is_torch(like) and device is None:
         device = like.device
-    return evaluate_grid(pl, enc, dims, dtype=dtype, device=device, like=like)
+    return evaluate.grid(pl, enc, dims, dtype=dtype, device=device, like=like)
 
 
-def evaluate_grid(
-    pl: Plan,
-    enc: Encoding,
-    dims: tuple[int, ...],
-    *,
-    dtype: Any,
-    device: Any,
-    like: Any,
-    crop_from: tuple[int, ...] | None = None,
-    on_device: bool = False,
-) -> Any:
-    """The evaluation half of :func:`grid`: a resolved plan over a checked grid size (the
-    centred crop of a ``crop_from`` grid, if given)."""
-    nd = len(dims)
-    axes = grid_axes(enc, dims, crop_from)
-    order = list(range(nd)) if enc.tokens == "row-major" else list(range(nd))[::-1]
-    ev = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
-    _check(pl, max([a.bound for a in axes] + [0.0]), _GRID_POSITIONS, ev)
-    return ev.grid(pl, axes, order, extra=enc.extra_tokens)
+def fairseq_positions(tokens: Any, padding_idx: int) -> Any:
+    """fairseq's ``make_positions``: ``padding_idx + 1, +2, …`` over non-pad tokens.
 
-
-_GRID_POSITIONS = "the grid positions (`shape` and the preset's scaling options)"
-
-
-@overload
-def detr(
-    mask: Tensor,
-    dim: int = ...,
-    *,
-    temperature: float = ...,
-    normalize: bool = ...,
-    scale: float | None = ...,
-    dtype: Any = ...,
-) -> Tensor: ...
-
-
-@overload
-def detr(
-    mask: np.ndarray | Sequence[Any],
-    dim: int = ...,
-    *,
-    temperature: float = ...,
-    normalize: bool = ...,
-    scale: float | None = ...,
-    dtype: NumpyDType = ...,
-) -> Floats: ...
-
-
-@overload
-def detr(
-    mask: Any,
-    dim: int = ...,
-    *,
-    temperature: float = ...,
-    normalize: bool = ...,
-    scale: float | None = ...,
-    dtype: Any = ...,
-) -> Any: ...
-
-
-def detr(
-    mask: Any,
-    dim: int = 256,
-    *,
-    temperature: float = 10000.0,
-    normalize: bool = False,
-    scale: float | None = None,
-    dtype: Any = None,
-) -> Any:
-    """DETR's ``PositionEmbeddingSine`` from a padding mask, reproduced exactly.
-
-    Args:
-        mask: ``[B, H, W]`` booleans, True where the image is padding (DETR's convention).
-        dim: output channels, ``2 * num_pos_feats`` (DETR: 256); a multiple of 4.
-        temperature: largest timescale.
-        normalize: divide the 1-based coordinates by the last one (+1e-6), times ``scale``.
-        scale: with ``normalize`` (default ``2*pi``).
-        dtype: output dtype (default float32, or torch's default for a torch mask).
-
-    Returns:
-        ``[B, dim, H, W]``: channels ``[y block | x block]``, each interleaved sin/cos pairs
-        at frequencies ``temperature ** (-2m / num_pos_feats)``.
+    Pad tokens get ``padding_idx`` (which the ``fairseq`` preset maps to an all-zero row);
+    counting restarts on every row of a ``[batch, seq]`` input.
 
     Examples:
-        >>> mask = np.zeros((2, 20, 30), dtype=bool)
-        >>> mask[1, :, 24:] = True                    # image 1 is padded on the right
-        >>> posenc.detr(mask, 256, normalize=True).shape
-        (2, 256, 20, 30)
+        >>> fairseq_positions([[5, 6, 7, 1, 1]], padding_idx=1).tolist()
+        [[2, 3, 4, 1, 1]]
     """
-    opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
-    if scale is not None:
-        opts["scale"] = scale
-    enc = get_preset("detr").resolve(opts, grid=True)
-    pl = channel_plan(enc, dim, 2, get_preset("detr").label(opts), None)
-    return evaluate_detr(pl, enc, mask, dtype=dtype)
-
-
-def evaluate_detr(
-    pl: Plan, enc: Encoding, mask: Any, *, dtype: Any, on_device: bool = False
-) -> Any:
-    """The evaluation half of :func:`detr`."""
-    if not (is_torch(mask) or array_namespace(mask) is not None):
-        mask = _numpy_mask(mask)
-    if str(mask.dtype).rsplit(".", 1)[-1] != "bool" or mask.ndim != 3:
-        raise PosencError(
-            f"`mask` must be a [batch, H, W] boolean array, got {mask.dtype} of shape "
-            f"{tuple(mask.shape)}"
-        )
-    coords = detr_coordinates(ops_for(mask), mask, enc.normalize)
-    ev = evaluator(like=coords, dtype=dtype, on_device=on_device)
-    _check(pl, 1.0 if enc.normalize else float(max(mask.shape[1:])), "`mask`", ev)
-    out = ev.points(pl, ops_for(coords).reshape(coords, (-1, 2)), not enc.normalize)
-    ops = ops_for(out)
-    b, h, w = mask.shape
-    return ops.permute(ops.reshape(out, (b, h, w, pl.dim)), (0, 3, 1, 2))
-
-
-def detr_coordinates(ops: Ops, mask: Any, normalize: bool) -> Any:
-    """DETR's coordinates ``[B, H, W, 2]`` (y, x) from a padding mask (True = padding): the
-    cumulative count of non-padded cells, 1-based, as integers; with ``normalize``, divided
-    by the last one (+1e-6), in float64 (``scale`` is in the plan's frequencies)."""
-    filled = ops.astype(~mask, ops.int64)
-    y = ops.cumsum(filled, axis=1)
-    x = ops.cumsum(filled, axis=2)
-    if not normalize:
-        return ops.stack([y, x], axis=-1)
-    y64, x64 = ops.astype(y, ops.float64), ops.astype(x, ops.float64)
-    y64 = y64 / (y64[:, -1:, :] + 1e-6)
-    x64 = x64 / (x64[:, :, -1:] + 1e-6)
-    return ops.stack([y64, x64], axis=-1)
-
-
-def _numpy_mask(mask: Any) -> Any:
-    import numpy as np
-
-    try:
-        return np.asarray(mask)
-    except (TypeError, ValueError):
-        raise PosencError(
-            f"`mask` must be a [batch, H, W] boolean array, got {mask!r:.60}"
-        ) from None
+    padding_idx = check_int("padding_idx", padding_idx, minimum=None)
+    given = as_positions(tokens, "tokens")
+    t = given.values
+    if not given.integral:
+        raise PosencError(f"`tokens` must be integer token ids, got {t.dtype}")
+    mask = t != padding_idx
+    bk = backend_of(t)
+    return bk.cumsum(bk.astype(mask, bk.int64), axis=-1) * mask + padding_idx

@@ -7,7 +7,7 @@ rule takes, their defaults and their rules are data (:data:`RULES`), checked bef
 with errors that name the key (transformers only logs bad values).
 
 The float32 arithmetic transformers itself does for the same rules lives apart, in
-:mod:`posenc._rope_compat`; this module is the exact definition.
+:mod:`posenc.compat.transformers`; this module is the exact definition.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ._frequencies import frequencies
-from ._validate import PosencError, check_bool, check_choice, check_int, check_real, show
+from posenc.errors import PosencError, check_bool, check_choice, check_int, check_real, show
+from posenc.spec.frequencies import frequencies
 
 Params = dict[str, Any]
 

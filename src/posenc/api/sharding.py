@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from ._backends import is_torch
-from ._validate import MAX_POSITION, PosencError, check_int
+from posenc.errors import MAX_POSITION, PosencError, check_int
+from posenc.evaluate.libs import is_torch
 
 if TYPE_CHECKING:
-    from ._types import Tensor
+    from posenc._types import Tensor
 
 Layout = Literal["contiguous", "zigzag"]
 

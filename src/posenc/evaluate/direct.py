@@ -1,15 +1,15 @@
 """The direct formula: a plan evaluated with plain array operations, in any library.
 
 Angles ``x * w``, their sine and cosine, the basis columns put in channel order, one rounding.
-It serves what the engine (:mod:`posenc._engine`) cannot: traced torch code
+It serves what the engine (:mod:`posenc.evaluate.engine`) cannot: traced torch code
 (``torch.compile``, ``torch.export``, ONNX), meta tensors (shapes and dtypes only), JAX with
 x64 on, and any Python Array API library. The library is reached through
-:class:`~posenc._backends.Ops`.
+:class:`~posenc.evaluate.libs.base.Backend`.
 
 Two precisions. By default the angles are float64 and the value is rounded once, as the
 engine's (within one ulp of them: both are exact to the output's rounding). With
 ``float32_only`` (exported graphs, Apple MPS: runtimes without float64) every operation is
-float32 and the angles are reduced in exact pieces (:mod:`posenc._float32`): within 1e-6 of
+float32 and the angles are reduced in exact pieces (:mod:`posenc.evaluate.float32`): within 1e-6 of
 the truth, then cast to the output dtype.
 """
 
@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _float32
-from ._backends import Ops, round_once
-from ._layout import Plan
-from ._positions import Progression
+from posenc.evaluate import float32 as _float32
+from posenc.evaluate.libs.base import Backend
+from posenc.evaluate.positions import Progression
+from posenc.evaluate.rounding import round_once
+from posenc.spec.layout import Plan
 
 
 def _sincos(
-    ops: Ops, x: Any, omega: tuple[float, ...], float32_only: bool, integral: bool = False
+    ops: Backend, x: Any, omega: tuple[float, ...], float32_only: bool, integral: bool = False
 ) -> tuple[Any, Any]:
     if float32_only:
         return _float32.sincos(ops, x, omega, integral=integral)
@@ -33,12 +34,12 @@ def _sincos(
 
 
 def _arranged(
-    ops: Ops, sin: Any, cos: Any, values: Any, columns: tuple[int, ...], kind: str
+    ops: Backend, sin: Any, cos: Any, values: Any, columns: tuple[int, ...], kind: str
 ) -> Any:
     """``[N, U]`` sines and cosines of positions ``values`` (``[N, k]``) as the channels
     ``columns`` of the basis ``[sin w0, cos w0, …, 0, x…]``: the common layouts by a stack
     or a concatenation, any other by a gather (which costs several times as much in ONNX
-    Runtime). ``kind``: :func:`~posenc._layout.arrangement` of ``columns``."""
+    Runtime). ``kind``: :func:`~posenc.spec.layout.arrangement` of ``columns``."""
     if kind == "halves":
         return ops.concat([sin, cos], axis=1)
     if kind == "flipped":
@@ -54,7 +55,7 @@ BLOCK = 64  # float32 progressions: rows 64 a + b from a table of blocks and one
 
 
 def _progression32(
-    ops: Ops, steps: Any, pos: Progression, omega: tuple[float, ...], like: Any
+    ops: Backend, steps: Any, pos: Progression, omega: tuple[float, ...], like: Any
 ) -> Any:
     """``sin, cos`` of ``(start + i step) w`` for the float32 ``steps`` ``i`` (``[n, 1]``),
     float32 alone: the exact float32 formula for the block starts ``64 a`` (with the phase
@@ -79,12 +80,12 @@ def _progression32(
     return sa * cb + ca * sb, ca * cb - sa * sb
 
 
-def _rounded(ops: Ops, values: Any, dtype: Any, float32_only: bool) -> Any:
+def _rounded(ops: Backend, values: Any, dtype: Any, float32_only: bool) -> Any:
     return ops.astype(values, dtype) if float32_only else round_once(values, dtype, ops)
 
 
 def points(
-    ops: Ops,
+    ops: Backend,
     x: Any,
     plan: Plan,
     dtype: Any,
@@ -105,7 +106,7 @@ def points(
 
 
 def grid(
-    ops: Ops,
+    ops: Backend,
     axes: list[Any],
     order: list[int],
     plan: Plan,

@@ -21,10 +21,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._cache import BoundedCache, nbytes
-from ._frequencies import denominator, frequencies
-from ._spec import Encoding
-from ._validate import MAX_DIM, PosencError, check_finite_frequencies, check_int
+from posenc.cache import BoundedCache, nbytes
+from posenc.errors import MAX_DIM, PosencError, check_int
+from posenc.spec.encoding import Encoding
+from posenc.spec.frequencies import denominator, frequencies
 
 ZERO = -1
 
@@ -124,7 +124,7 @@ class Plan:
     @functools.cached_property
     def columns(self) -> np.ndarray:
         """For each channel, its column in the direct basis ``[sin u0, cos u0, …, 0, x_0, …]``
-        (:mod:`posenc._direct`)."""
+        (:mod:`posenc.evaluate.direct`)."""
         u = len(self.omega)
         s = self.src
         return np.where(s >= 0, s, np.where(s == ZERO, 2 * u, 2 * u + 1 + (-2 - s)))
@@ -400,3 +400,12 @@ def _smallest(enc: Encoding, dim: int, ndim: int, who: str) -> str:
             continue
         return f"; the smallest width it takes is {d}"
     return ""
+
+
+def check_finite_frequencies(omega: np.ndarray, who: str, detail: str) -> None:
+    """Frequencies that overflow (or are NaN) come from options out of range."""
+    if len(omega) and not np.isfinite(omega).all():
+        raise PosencError(
+            f"the frequencies of preset {who} overflow for {detail}: choose options whose "
+            "frequencies are finite"
+        )

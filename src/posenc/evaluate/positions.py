@@ -17,9 +17,51 @@ from typing import Any
 
 import numpy as np
 
-from ._backends import is_torch
-from ._spec import Encoding
-from ._validate import MAX_AXES, PosencError, as_positions, check_int
+from posenc.errors import MAX_AXES, MAX_POSITION, PosencError, check_int, show
+from posenc.spec.encoding import Encoding
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Validated positions (made by the backends' ``positions``).
+
+    Attributes:
+        values: an array of the caller's library: integers as int64, reals as float32 or
+            float64.
+        integral: integer positions.
+        low: the smallest value, or None where values are not read on the host (traced
+            or meta tensors, a module's tensors on an accelerator, traced JAX values); such
+            positions are checked on the device, or where they become known.
+        high: the largest value, or None likewise.
+    """
+
+    values: Any
+    integral: bool
+    low: float | None
+    high: float | None
+
+    @property
+    def bound(self) -> float | None:
+        """The largest magnitude, or None where the values are not known."""
+        if self.low is None or self.high is None:
+            return None
+        return max(-self.low, self.high)
+
+
+def range_error(name: str, value: Any) -> PosencError:
+    """The error for positions beyond +-2^53."""
+    return PosencError(
+        f"`{name}` must be within +-2^53 ({int(MAX_POSITION)}), where every integer is a "
+        f"float64, got a value of {show(value)}"
+    )
+
+
+def checked_positions(name: str, values: Any, integral: bool, low: float, high: float) -> Positions:
+    """Positions whose bounds are known: within +-2^53."""
+    for v in (low, high):
+        if not abs(v) <= MAX_POSITION:
+            raise range_error(name, v)
+    return Positions(values, integral, low, high)
 
 
 @dataclass(frozen=True)
@@ -112,24 +154,3 @@ def grid_shape(shape: Any, ndim: int | None) -> tuple[int, ...]:
     if ndim is not None and len(dims) != ndim:
         raise PosencError(f"`shape` must have {ndim} axes for this preset, got {tuple(shape)}")
     return dims
-
-
-def fairseq_positions(tokens: Any, padding_idx: int) -> Any:
-    """fairseq's ``make_positions``: ``padding_idx + 1, +2, …`` over non-pad tokens.
-
-    Pad tokens get ``padding_idx`` (which the ``fairseq`` preset maps to an all-zero row);
-    counting restarts on every row of a ``[batch, seq]`` input.
-
-    Examples:
-        >>> fairseq_positions([[5, 6, 7, 1, 1]], padding_idx=1).tolist()
-        [[2, 3, 4, 1, 1]]
-    """
-    padding_idx = check_int("padding_idx", padding_idx, minimum=None)
-    given = as_positions(tokens, "tokens")
-    t = given.values
-    if not given.integral:
-        raise PosencError(f"`tokens` must be integer token ids, got {t.dtype}")
-    mask = t != padding_idx
-    if is_torch(t):
-        return (mask.long().cumsum(-1) * mask + padding_idx).long()
-    return np.cumsum(mask, axis=-1, dtype=np.int64) * mask + padding_idx

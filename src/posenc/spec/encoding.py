@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ._frequencies import Spacing
-from ._validate import (
+from posenc.errors import (
     MAX_AXES,
     MAX_POSITION,
     PosencError,
@@ -17,6 +16,7 @@ from ._validate import (
     check_int,
     check_real,
 )
+from posenc.spec.frequencies import Spacing
 
 Layout = Literal["interleaved", "halves", "halves-cos-first", "sin-major", "frequency-major"]
 """How the sines and cosines of the blocks are ordered in the channels.
@@ -50,7 +50,7 @@ class Encoding:
     """Everything that defines one fixed sinusoidal encoding, for any width.
 
     Blocks: one per position axis, in the channel order ``axis_order``. Inside a block the
-    angles are ``x * scale * omega_k`` with ``omega_k`` from :mod:`posenc._frequencies`.
+    angles are ``x * scale * omega_k`` with ``omega_k`` from :mod:`posenc.spec.frequencies`.
 
     Attributes:
         ndim: number of position axes (1 for sequences, 2 for image grids, …); ``None``

@@ -16,12 +16,16 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ._backends import compat_dtype, compat_in, compat_out, compat_torch
-from ._spec import Encoding
-from ._validate import PosencError, Positions
+import numpy as np
+import torch
+
+from posenc.errors import PosencError
+from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
+from posenc.evaluate.positions import Positions
+from posenc.spec.encoding import Encoding
 
 
-def _whisper(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
+def _whisper(pos: Any, dim: int, enc: Encoding) -> Any:
     """OpenAI whisper ``model.sinusoids`` (and transformers' copy for Whisper)."""
     if dim % 2:
         raise PosencError(f"`dim` must be even for whisper's sinusoids, got {dim}")
@@ -31,7 +35,7 @@ def _whisper(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
     return torch.cat([scaled.sin(), scaled.cos()], dim=1)
 
 
-def _fairseq(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
+def _fairseq(pos: Any, dim: int, enc: Encoding) -> Any:
     """fairseq ``SinusoidalPositionalEmbedding.get_embedding`` (and transformers' ports)."""
     half = dim // 2
     step = math.log(10000) / (half - 1)
@@ -45,7 +49,7 @@ def _fairseq(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
     return emb
 
 
-def _tutorial(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
+def _tutorial(pos: Any, dim: int, enc: Encoding) -> Any:
     """The PyTorch tutorial's ``PositionalEncoding`` (and labml's ``get_positional_encoding``,
     whose float32 aranges hold the same values)."""
     position = pos.unsqueeze(1)
@@ -56,7 +60,7 @@ def _tutorial(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
     return pe
 
 
-def _timestep(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
+def _timestep(pos: Any, dim: int, enc: Encoding) -> Any:
     """diffusers ``embeddings.get_timestep_embedding``."""
     half = dim // 2
     exponent = -math.log(enc.base) * torch.arange(0, half, dtype=torch.float32, device=pos.device)
@@ -72,7 +76,7 @@ def _timestep(torch: Any, pos: Any, dim: int, enc: Encoding) -> Any:
     return emb
 
 
-ORIGINALS: dict[str, Callable[[Any, Any, int, Encoding], Any]] = {
+ORIGINALS: dict[str, Callable[[Any, int, Encoding], Any]] = {
     "vaswani": _tutorial,
     "whisper": _whisper,
     "fairseq": _fairseq,
@@ -91,9 +95,18 @@ def evaluate(preset: str, enc: Encoding, pos: Positions, dim: int, dtype: Any) -
             f"`compat='original'` applies to presets whose original computes in float32 "
             f"({', '.join(ORIGINALS)}), not {preset!r}: its exact table is the original's"
         )
-    torch = compat_torch("original")
-    x, numpy_out = compat_in(torch, pos.values)
-    out_dtype = compat_dtype(torch, dtype, torch.float32)
-    out = ORIGINALS[preset](torch, x.reshape(-1), dim, enc).to(out_dtype)
-    (out,) = compat_out(torch, (out.reshape(*x.shape, dim),), numpy_out)
+    x, numpy_out = compat_in(pos.values)
+    out_dtype = compat_dtype(dtype, torch.float32)
+    out = ORIGINALS[preset](x.reshape(-1), dim, enc).to(out_dtype)
+    (out,) = compat_out((out.reshape(*x.shape, dim),), numpy_out)
     return out
+
+
+def arange(start: float, length: int, *, dtype: Any, device: Any, like: Any) -> Any:
+    """The positions of a table, as the originals build them: ``torch.arange`` for torch
+    output (a torch ``like``, ``dtype`` or ``device``), else ``np.arange``."""
+    if isinstance(like, torch.Tensor) and device is None:
+        device = like.device
+    if device is not None or isinstance(dtype, torch.dtype):
+        return torch.arange(start, start + length, device=device)
+    return np.arange(start, start + length)

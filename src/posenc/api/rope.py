@@ -1,0 +1,189 @@
+"""``posenc.rope``: the rotary tables of positions, exact, in any scaling rule.
+
+The table is the plan of a :class:`~posenc.spec.rotary.Rotary` evaluated by the exact engine
+and returned as two views of one ``[cos | sin]`` array. ``compat="transformers"`` leaves the
+engine for transformers' own float32 arithmetic (:mod:`posenc.compat.transformers`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, overload
+
+from posenc import evaluate
+from posenc._types import ArrayLike, Floats, NumpyDType
+from posenc.errors import PosencError, check_choice
+from posenc.evaluate.libs import as_positions
+from posenc.evaluate.positions import Positions
+from posenc.spec.rotary import Rotary, rotary
+
+if TYPE_CHECKING:
+    from posenc._types import Tensor, TorchDType
+
+
+@overload
+def rope(
+    positions: Tensor,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: Any = ...,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def rope(
+    positions: Any,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: TorchDType,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def rope(
+    positions: ArrayLike,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: NumpyDType = ...,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Floats, Floats]: ...
+
+
+@overload
+def rope(
+    positions: Any,
+    dim: int,
+    *,
+    base: float | None = ...,
+    scaling: dict[str, Any] | None = ...,
+    layout: str | None = ...,
+    dtype: Any = ...,
+    seq_len: int | None = ...,
+    sections: tuple[int, ...] | None = ...,
+    interleave_sections: bool | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    compat: str | None = ...,
+    preset: str | None = ...,
+) -> tuple[Any, Any]: ...
+
+
+def rope(
+    positions: Any,
+    dim: int,
+    *,
+    base: float | None = None,
+    scaling: dict[str, Any] | None = None,
+    layout: str | None = None,
+    dtype: Any = None,
+    seq_len: int | None = None,
+    sections: tuple[int, ...] | None = None,
+    interleave_sections: bool | None = None,
+    axes_dim: tuple[int, ...] | None = None,
+    compat: str | None = None,
+    preset: str | None = None,
+) -> tuple[Any, Any]:
+    """The rotary tables ``cos, sin`` of positions: exact, in any scaling rule.
+
+    Args:
+        positions: integer or real positions of any shape ``[*s]``, as a list, NumPy array,
+            torch tensor or JAX array. With ``sections`` a leading axis of one row per section
+            (Qwen2-VL's ``[3, batch, seq]``: temporal, height, width); with ``axes_dim`` a
+            trailing axis of one coordinate per block (FLUX's ``[N, 3]``).
+        dim: the rotary width ``d`` (after any partial-rotary factor): even.
+        base: ``rope_theta`` (10000).
+        scaling: a transformers rope-parameters dict: ``rope_type`` ``"default"``,
+            ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"longrope"``, ``"llama3"`` or
+            ``"proportional"`` with that type's keys. Its attention factor multiplies cos and
+            sin (before the one rounding).
+        layout: ``"halves"`` (the default; ``cos[..., i] == cos[..., i + d/2]``: GPT-NeoX, HF
+            ``rotate_half``), ``"interleaved"`` (``cos[..., 2i] == cos[..., 2i+1]``: GPT-J,
+            Meta Llama, FLUX) or ``"compact"`` (``d / 2`` columns: flash-attn, vLLM).
+        dtype: output dtype (default float32, or torch's default dtype).
+        seq_len: the sequence length the ``dynamic`` and ``longrope`` rules read (default:
+            the largest position + 1, transformers' rule). ``dynamic`` is stateless: the
+            answer of a freshly built transformers module.
+        sections: multimodal RoPE (Qwen2-VL ``mrope_section``): frequencies per position axis,
+            adding up to ``d / 2``; the result is already merged, as transformers returns it.
+        interleave_sections: with ``sections``, assign the frequencies round robin
+            (Qwen3-VL's interleaved mrope) instead of in chunks.
+        axes_dim: axial RoPE (FLUX ``(16, 56, 56)``): one block per position axis, each in
+            ``layout``, concatenated; the widths add up to ``dim``.
+        compat: ``"transformers"``: transformers' own float32 arithmetic, bit for bit on CPU
+            torch (so a model switches to posenc without changing one logit). Default: exact
+            (float64 angles, one rounding to ``dtype``).
+        preset: a model family's keywords (``posenc.presets("rotary")``: ``llama``,
+            ``llama3``, ``neox``, ``gptj``, ``qwen2-vl``, ``flux``, ``deepseek-v3``, …); the
+            keywords given beside it replace the preset's.
+
+    Returns:
+        ``(cos, sin)``, each ``[*s, d]`` (``[*s, d/2]`` compact), in the library and on the
+        device of ``positions``. Exact: both views of one ``[*s, 2 d]`` array.
+
+    Examples:
+        >>> cos, sin = posenc.rope(np.arange(4096), 128, base=500000.0,
+        ...     scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        ...              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+        >>> cos.shape, cos.dtype
+        ((4096, 128), dtype('float32'))
+    """
+    r = rotary(
+        dim,
+        preset=preset,
+        base=base,
+        scaling=scaling,
+        layout=layout,
+        sections=sections,
+        interleave_sections=interleave_sections,
+        axes_dim=axes_dim,
+    )
+    compat = None if compat is None else check_choice("compat", compat, ("transformers",))
+    pos = as_positions(positions)
+    pos = evaluate.rotary_axes_last(r, pos)
+    length = evaluate.rotary_seq_len(r, pos, seq_len)
+    if compat is not None:
+        return _compat(r, pos, length, dtype)
+    pl = r.plan(length, _label(r))
+    both = evaluate.points(pl, pos, coords=r.ndim > 1, dtype=dtype, padding_idx=None)
+    w = r.width
+    return both[..., :w], both[..., w:]
+
+
+def _label(r: Rotary) -> str:
+    kind = r.scaling.rope_type
+    return f"'rope' ({kind}, dim={r.dim}, base={r.base:g})"
+
+
+def _compat(r: Rotary, pos: Positions, length: int | None, dtype: Any) -> tuple[Any, Any]:
+    """``compat="transformers"``: transformers' float32 arithmetic (which needs torch)."""
+    try:
+        from posenc.compat import transformers
+    except ImportError:
+        raise PosencError(
+            "`compat='transformers'` computes with torch: pip install 'posenc[torch]'"
+        ) from None
+    return transformers.rope(r, pos, length, dtype)

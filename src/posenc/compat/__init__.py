@@ -1,0 +1,8 @@
+"""The originals' own float32 arithmetic (``compat=`` modes), kept apart from the exact engine.
+
+- :mod:`.sinusoid`: the float32 tables of the PyTorch tutorial, Whisper, fairseq and diffusers;
+- :mod:`.transformers`: transformers' float32 RoPE, and how its configs map to ``posenc.rope``.
+
+The originals are torch code, so these modules compute with torch and import it: they are
+reached only through a ``compat`` argument or :meth:`RotaryEmbedding.from_hf`.
+"""

@@ -1,0 +1,36 @@
+"""The one rounding: float64 values to the output dtype, rounded once, in any library.
+
+A plain float64 -> float32 -> 16-bit cast rounds twice, and is then wrong where the float32
+lands on a 16-bit midpoint. So the direct formula rounds float64 to float32 *to odd* (last
+bit set when inexact), after which the cast to 16 bits is correct; NumPy casts float64 to
+float16 in one rounding and needs no such step. (The engine's torch tables use a faster
+search of their own for the same result: :func:`posenc.evaluate.libs.torch.ready_for_half`.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posenc.evaluate.libs.base import Backend, itemsize
+
+
+def round_to_odd(x64: Any, bk: Backend) -> Any:
+    """float64 -> float32 rounded to odd: exact values stay, an inexact one becomes the
+    neighbour (of the two around it) whose last bit is set.
+
+    Round to nearest, step back toward zero where that went away from zero (the truncation),
+    then set the last bit where the value was inexact: int32 work only, a few passes.
+    """
+    f = bk.astype(x64, bk.float32)
+    back = bk.astype(f, bk.float64)
+    away = bk.astype(bk.abs(back) > bk.abs(x64), bk.int32)
+    inexact = bk.astype(back != x64, bk.int32)
+    return bk.bitcast((bk.bitcast(f, bk.int32) - away) | inexact, bk.float32)
+
+
+def round_once(x64: Any, dtype: Any, bk: Backend) -> Any:
+    """float64 values rounded once to ``dtype`` (to odd first for 16-bit dtypes, so the
+    second rounding is correct, except where the cast itself rounds once)."""
+    if itemsize(dtype) == 2 and not bk.half_cast_rounds_once(dtype):
+        return bk.astype(round_to_odd(x64, bk), dtype)
+    return bk.astype(x64, dtype)

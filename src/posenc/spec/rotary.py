@@ -1,0 +1,238 @@
+"""The rotary spec: :class:`Rotary` (what defines one rotary table), its keyword checks,
+:data:`LAYOUTS` (where each frequency's cosine and sine go) and the channel pairs they rotate.
+
+A RoPE table is a plan like any other (:mod:`posenc.spec.layout`): its channels are the
+cosines, then the sines, of the rotary frequencies, each placed by a layout, so the exact
+engine evaluates it (float64 angles, the attention factor applied in float64, one rounding).
+The scaling rules that rewrite the frequencies are :mod:`posenc.spec.scaling`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from posenc.cache import nbytes
+from posenc.errors import (
+    MAX_AXES,
+    MAX_DIM,
+    PosencError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+    show,
+)
+from posenc.spec.layout import PLANS, Plan
+from posenc.spec.presets import get_rotary_preset
+from posenc.spec.scaling import Scaling, parse_scaling
+
+RopeLayout = Literal["halves", "interleaved", "compact"]
+
+
+LAYOUTS: dict[str, Callable[[int], list[int]]] = {
+    "halves": lambda n: [*range(n), *range(n)],  # GPT-NeoX, HF rotate_half: cat(f, f)
+    "interleaved": lambda n: [i for i in range(n) for _ in (0, 1)],  # GPT-J, Meta, FLUX
+    "compact": lambda n: list(range(n)),  # flash-attn, vLLM: one column per pair
+}
+"""For ``n`` frequencies of a block, the frequency of each of the block's table columns."""
+
+
+@dataclass(frozen=True)
+class Rotary:
+    """Everything that defines one rotary table, for any positions.
+
+    Attributes:
+        dim: rotary width ``d`` (channels that rotate; even): tables are ``d`` wide
+            (``d / 2`` in the compact layout).
+        scaling: the validated scaling rule.
+        base: ``rope_theta``.
+        layout: see :data:`LAYOUTS`.
+        sections: multimodal RoPE: how many of the ``d / 2`` frequencies each position axis
+            takes (Qwen2-VL ``mrope_section``), in consecutive chunks, or, with
+            ``interleave_sections``, round robin (Qwen3-VL).
+        axes_dim: axial RoPE: one block of this width per position axis, each with its own
+            frequencies ``base ** (-2j / d_k)`` (FLUX).
+    """
+
+    dim: int
+    scaling: Scaling
+    base: float = 10000.0
+    layout: RopeLayout = "halves"
+    sections: tuple[int, ...] | None = None
+    interleave_sections: bool = False
+    axes_dim: tuple[int, ...] | None = None
+
+    @property
+    def ndim(self) -> int:
+        """Position axes: 1, ``len(sections)`` or ``len(axes_dim)``."""
+        return len(self.sections or self.axes_dim or (0,))
+
+    @property
+    def width(self) -> int:
+        """Channels of each of the cos and sin tables."""
+        return self.dim // 2 if self.layout == "compact" else self.dim
+
+    def plan(self, seq_len: int | None, who: str = "rope") -> Plan:
+        """The plan of ``[cos | sin]`` (``2 * width`` channels) at this sequence length (which
+        only the ``dynamic`` and ``longrope`` rules read)."""
+        key = (self, self.scaling.phase(seq_len), who)
+        return PLANS.get_or_make(key, lambda: _plan(*key), lambda p: nbytes(p.omega, p.axis, p.src))
+
+
+def _plan(r: Rotary, seq_len: int | None, who: str) -> Plan:
+    blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
+    if r.axes_dim is not None:
+        for k, dk in enumerate(r.axes_dim):
+            omega, factor = r.scaling.frequencies(dk, r.base, seq_len)
+            blocks.append((omega, np.full(len(omega), k)))
+    else:
+        omega, factor = r.scaling.frequencies(r.dim, r.base, seq_len)
+        blocks.append((omega, section_axes(r)))
+    order = LAYOUTS[r.layout]
+    columns: list[int] = []  # the frequency u (over all blocks) of each cos channel
+    first = 0
+    for omega, _ in blocks:
+        columns += [first + i for i in order(len(omega))]
+        first += len(omega)
+    cols = np.asarray(columns, dtype=np.int64)
+    src = np.concatenate([2 * cols + 1, 2 * cols])  # cosines, then sines
+    omega = np.concatenate([b[0] for b in blocks])
+    axis = np.concatenate([b[1] for b in blocks]).astype(np.int64)
+    return Plan(len(src), r.ndim, omega, axis, src, who, factor)
+
+
+def section_axes(r: Rotary) -> np.ndarray:
+    """The position axis of each of the ``d / 2`` frequencies."""
+    n = r.dim // 2
+    if r.sections is None:
+        return np.zeros(n, dtype=np.int64)
+    if not r.interleave_sections:
+        return np.repeat(np.arange(len(r.sections)), r.sections)
+    k = len(r.sections)
+    j = np.arange(n)
+    axis = np.zeros(n, dtype=np.int64)
+    for a in range(1, k):  # Qwen3-VL: axis a takes j = a mod k below k * sections[a]
+        axis[(j % k == a) & (j < k * r.sections[a])] = a
+    return axis
+
+
+def _ints(name: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise PosencError(f"`{name}` must be a tuple of positive integers, got {show(value)}")
+    out = tuple(check_int(f"{name}[{i}]", v, minimum=1) for i, v in enumerate(value))
+    if len(out) > MAX_AXES:
+        raise PosencError(f"`{name}` may have at most {MAX_AXES} entries, got {len(out)}")
+    return out
+
+
+def rotary(
+    dim: Any,
+    *,
+    preset: Any = None,
+    base: Any = None,
+    scaling: Any = None,
+    layout: Any = None,
+    sections: Any = None,
+    interleave_sections: Any = None,
+    axes_dim: Any = None,
+) -> Rotary:
+    """The checked :class:`Rotary` of :func:`rope`'s keywords: a preset's, replaced by those
+    given, then the defaults (base 10000, halves)."""
+    given = {
+        "base": base,
+        "scaling": scaling,
+        "layout": layout,
+        "sections": sections,
+        "interleave_sections": interleave_sections,
+        "axes_dim": axes_dim,
+    }
+    kw: dict[str, Any] = {"base": 10000.0, "layout": "halves", "interleave_sections": False}
+    if preset is not None:
+        kw.update(get_rotary_preset(preset).rotary)
+    kw.update({k: v for k, v in given.items() if v is not None})
+    return _rotary(dim, **kw)
+
+
+def _rotary(
+    dim: Any,
+    *,
+    base: Any,
+    layout: Any,
+    interleave_sections: Any,
+    scaling: Any = None,
+    sections: Any = None,
+    axes_dim: Any = None,
+) -> Rotary:
+    dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
+    if dim % 2:
+        raise PosencError(
+            f"`dim` (the rotary width) must be even: channels rotate in pairs, got {dim}"
+        )
+    s = parse_scaling(scaling)
+    base = check_real("base", base, positive=True)
+    layout = check_choice("layout", layout, get_args(RopeLayout))
+    interleave_sections = check_bool("interleave_sections", interleave_sections)
+    shared = dict(s.shared)
+    if "rope_theta" in shared and check_real("scaling['rope_theta']", shared["rope_theta"]) != base:
+        raise PosencError(
+            f"`scaling['rope_theta']` ({show(shared['rope_theta'])}) disagrees with `base` "
+            f"({base:g}): pass base={shared['rope_theta']!r}"
+        )
+    if "partial_rotary_factor" in shared and shared["partial_rotary_factor"] != 1:
+        raise PosencError(
+            f"`scaling['partial_rotary_factor']` ({show(shared['partial_rotary_factor'])}) "
+            "does not apply here: `dim` is already the rotary width (int(head_dim * factor)); "
+            "drop the key"
+        )
+    if "mrope_section" in shared:
+        given = _ints("scaling['mrope_section']", shared["mrope_section"])
+        if sections is None:
+            sections = given
+        elif tuple(sections) != given:
+            raise PosencError(
+                f"`scaling['mrope_section']` ({show(shared['mrope_section'])}) disagrees with "
+                f"`sections` ({show(sections)})"
+            )
+    if "mrope_interleaved" in shared:
+        flag = check_bool("scaling['mrope_interleaved']", shared["mrope_interleaved"])
+        if flag != interleave_sections and interleave_sections:
+            raise PosencError(
+                "`scaling['mrope_interleaved']` is False but `interleave_sections` is True"
+            )
+        interleave_sections = flag
+    if sections is not None and axes_dim is not None:
+        raise PosencError("`sections` and `axes_dim` exclude each other: pass one")
+    if sections is not None:
+        sections = _ints("sections", sections)
+        if sum(sections) != dim // 2:
+            raise PosencError(
+                f"`sections` must add up to dim / 2 = {dim // 2} (one entry per frequency), "
+                f"got {sections} (sum {sum(sections)})"
+            )
+    elif interleave_sections:
+        raise PosencError("`interleave_sections` needs `sections`")
+    if axes_dim is not None:
+        axes_dim = _ints("axes_dim", axes_dim)
+        odd = [d for d in axes_dim if d % 2]
+        if odd or sum(axes_dim) != dim:
+            raise PosencError(
+                f"`axes_dim` must be even widths adding up to `dim` = {dim}, got {axes_dim}"
+            )
+    return Rotary(dim, s, base, layout, sections, interleave_sections, axes_dim)
+
+
+def pair_channels(w: int, layout: str) -> tuple[slice, slice]:
+    """The channels of the first and second member of each rotating pair."""
+    if layout == "interleaved":
+        return slice(0, w, 2), slice(1, w, 2)
+    return slice(0, w // 2), slice(w // 2, w)
+
+
+def member_columns(t: Any, layout: str, a: slice, b: slice) -> tuple[Any, Any]:
+    """A table's columns for the first and the second member of each pair (a compact table
+    serves both)."""
+    return (t, t) if layout == "compact" else (t[..., a], t[..., b])
