@@ -1,21 +1,33 @@
-"""Shared test helpers: one error check, one tolerance rule, one set of backends.
+"""Shared test helpers: one error check, one tolerance rule, one description of an array
+library, the references and originals more than one test file uses.
 
 - `raises`: a `PosencError` whose message names the argument, the rule and the value.
 - `assert_close`: float64 output against a float64 reference of another formula.
-- `assert_correctly_rounded`: an output equals the float64 reference rounded once to its
-  dtype (within half a unit in the last place, plus the reference's own error).
+- `assert_correctly_rounded`: an output equals the reference rounded once to its dtype
+  (within half a unit in the last place plus the reference's own error, and the rounding
+  itself wherever that error cannot change it).
 - `within_ulps`: two paths that each round once agree within ``n`` units in the last place.
-- `BACKENDS` / `to_numpy`: NumPy, torch, JAX and array-api-strict inputs, and the way back.
+- `Backend` / `to_numpy`: an array library as the parity tests use it (the `backend` fixture
+  in conftest.py makes one per installed library), and the way back to NumPy.
+- `dtype_for`: a dtype by name, in the library that has it.
+- `exact_table`: the paper's table from mpmath at 60 digits.
+- `rotated` / `qk`: a rotation in float64 from the formula, and query and key inputs.
+- `compile_counter`: a torch.compile backend that counts the graphs it is given.
 - `hf_rotary_module`: transformers' own rotary module for a config.
+- `tutorial_table`, `whisper_float32`, `fairseq_float32`: the originals' own float32 tables,
+  as published.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -23,6 +35,7 @@ from posenc import PosencError
 
 FLOAT32_HALF_ULP = 2.0**-25  # at values of magnitude <= 1
 TOL64 = 1e-10  # float64 output vs a float64 reference written another way
+ANGLE_BOUND = 8e-9  # |p| < 2^24: angle error of posenc's float64 path (2^24 * 2^-53 * a few)
 
 # significand bits and smallest normal exponent of each output dtype
 _FORMATS = {
@@ -70,12 +83,18 @@ def as_float64(x: Any) -> np.ndarray:
 
 
 def ulp(values: np.ndarray, dtype: str) -> np.ndarray:
-    """The spacing of ``dtype`` at each of ``values`` (normal or subnormal)."""
+    """The spacing of ``dtype`` at each of ``values`` (normal or subnormal; at zero, the
+    smallest subnormal's)."""
     bits, emin = _FORMATS[dtype]
     mag = np.abs(np.asarray(values, dtype=np.float64))
-    with np.errstate(divide="ignore"):
-        exp = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
-    return np.exp2(np.maximum(exp, emin) - bits)
+    exp = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    return np.exp2(np.where(mag > 0, np.maximum(exp, emin), emin) - bits)
+
+
+def rounded(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 ``values`` rounded once to ``dtype`` (nearest, ties to even), as float64."""
+    step = ulp(values, dtype)
+    return np.round(np.asarray(values, dtype=np.float64) / step) * step
 
 
 def assert_close(got: Any, want: np.ndarray, tol: float = TOL64) -> None:
@@ -86,9 +105,17 @@ def assert_close(got: Any, want: np.ndarray, tol: float = TOL64) -> None:
     assert err <= tol, f"max error {err:.3g} > {tol:g}"
 
 
-def assert_correctly_rounded(got: Any, want64: np.ndarray, *, slack: float = 0.0) -> None:
-    """``got`` is ``want64`` rounded once to ``got``'s dtype: within half a unit in the last
-    place of that dtype, plus ``slack`` (the reference's own float64 error)."""
+def assert_correctly_rounded(
+    got: Any, want64: np.ndarray, *, slack: Any = 0.0, max_undecided: float | None = None
+) -> None:
+    """``got`` is the value ``want64`` stands for rounded once to ``got``'s dtype (nearest,
+    ties to even), where ``want64`` is within ``slack`` (a number, or one per value) of it:
+    the reference's own float64 error, or for an exact reference posenc's own.
+
+    Every value is finite and within half a unit in the last place of that dtype plus
+    ``slack``; wherever every value within ``slack`` of ``want64`` rounds alike (the rounding
+    is decided), ``got`` is that rounding exactly; and with ``max_undecided``, at most that
+    fraction of the values are undecided."""
     dtype = dtype_name(got)
     g = as_float64(got)
     assert g.shape == want64.shape, (g.shape, want64.shape)
@@ -100,6 +127,16 @@ def assert_correctly_rounded(got: Any, want64: np.ndarray, *, slack: float = 0.0
         f"{bad.sum()} {dtype} values not rounded once from the reference; worst error "
         f"{err.max():.3g} at {np.argwhere(bad)[0]}"
     )
+    low, high = rounded(want64 - slack, dtype), rounded(want64 + slack, dtype)
+    decided = low == high
+    wrong = decided & (g != low)
+    assert not wrong.any(), (
+        f"{wrong.sum()} {dtype} values are not the rounding of the reference; first at "
+        f"{np.argwhere(wrong)[0]}: {g[wrong][0]!r}, not {low[wrong][0]!r}"
+    )
+    if max_undecided is not None:
+        undecided = int((~decided).sum())
+        assert undecided <= max_undecided * decided.size, f"{undecided} of {decided.size} undecided"
 
 
 def within_float32(got: Any, want: np.ndarray, *, scale: float = 1.0) -> None:
@@ -121,25 +158,104 @@ def within_ulps(a: Any, b: Any, n: int = 1, *, min_equal: float = 0.0) -> None:
     assert (x == y).mean() >= min_equal, f"only {(x == y).mean():.4f} of the values are equal"
 
 
-def _backends() -> dict[str, Callable[[np.ndarray], Any]]:
-    """How each installed array library makes an input from a NumPy array."""
-    out: dict[str, Callable[[np.ndarray], Any]] = {"numpy": lambda a: a}
-    with contextlib.suppress(ImportError):
-        import torch
+def dtype_for(library: str, name: str) -> Any:
+    """The dtype ``name`` as ``library`` takes it: torch's own dtypes for torch, and for
+    bfloat16 (which NumPy lacks); the name itself for NumPy."""
+    if name == "bfloat16" or library == "torch":
+        torch = pytest.importorskip("torch")
+        return getattr(torch, name)
+    return name
 
-        out["torch"] = lambda a: torch.from_numpy(np.ascontiguousarray(a))
-    with contextlib.suppress(ImportError):
-        import jax.numpy as jnp
 
-        out["jax"] = jnp.asarray
-    with contextlib.suppress(ImportError):
-        import array_api_strict as xps
+@dataclass(frozen=True)
+class Backend:
+    """An array library as the parity tests use it (made by the `backend` fixture)."""
 
-        out["array-api-strict"] = xps.asarray
+    name: str  # "numpy", "torch", "jax", "array-api-strict"
+    asarray: Callable[[np.ndarray], Any]  # a NumPy array as this library's array
+    like: Any  # an array of this library: posenc's ``like=`` for tables and grids
+    float64: Any  # this library's float64 dtype; None where it has none (JAX without x64)
+    engine: bool  # evaluated by posenc's engine (NumPy's bits); else the direct formula
+    strict: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    """The library at its strictest (JAX: strict dtype promotion)."""
+    jit: Callable[[Callable[..., Any]], Callable[..., Any]] = lambda fn: fn
+    """A function as the library compiles it (JAX: ``jax.jit``); elsewhere as it is."""
+
+    @staticmethod
+    def to_numpy(x: Any) -> np.ndarray:
+        return to_numpy(x)
+
+    def owns(self, x: Any) -> bool:
+        """``x`` is an array of this library."""
+        return type(x).__module__.split(".")[0] == type(self.like).__module__.split(".")[0]
+
+
+def exact_table(positions: Any, d: int, base: float = 10000.0) -> np.ndarray:
+    """The paper's (vaswani) encoding of each position from mpmath at 60 digits, each value
+    then the nearest float64 (within 2^-53 of it, relatively)."""
+    with mpmath.workdps(60):
+        omegas = [mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * k) / d) for k in range(d // 2)]
+        rows = []
+        for p in positions:
+            mp_p = mpmath.mpf(float(p))  # the position value exactly as given
+            row = []
+            for w in omegas:
+                a = mp_p * w
+                row += [float(mpmath.sin(a)), float(mpmath.cos(a))]
+            rows.append(row)
+    return np.array(rows, dtype=np.float64).reshape(len(rows), d)
+
+
+def rotated(
+    x: Any,
+    positions: Any,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "halves",
+    heads_first: bool = True,
+) -> np.ndarray:
+    """``x`` (a torch tensor) rotated in float64 from the formula: pair ``i`` of the first
+    ``dim`` channels turns by ``p * base**(-2i/dim)``, the other channels pass through.
+    ``layout``: pairs ``(i, i + dim/2)`` ("halves") or ``(2i, 2i+1)`` ("interleaved").
+    ``positions``: ``[b, s]`` or ``[s]`` (or ``[t]`` for ``[t, h, d]`` x); the head axis of a
+    4-D ``x`` before the sequence (``heads_first``) or after it."""
+    x = x.double().numpy()
+    pos = np.asarray(positions, dtype=np.float64)
+    theta = pos[..., None] * base ** (-np.arange(0, dim, 2) / dim)
+    cos, sin = np.cos(theta), np.sin(theta)
+    if x.ndim == 4 and heads_first:
+        cos, sin = cos[..., None, :, :], sin[..., None, :, :]
+    else:  # [b, s, h, d] or packed [t, h, d]: the head axis after the sequence
+        cos, sin = cos[..., None, :], sin[..., None, :]
+    n = dim // 2
+    a, b = (slice(0, n), slice(n, dim)) if layout == "halves" else (
+        slice(0, dim, 2), slice(1, dim, 2))  # fmt: skip
+    out = x.copy()
+    out[..., a] = x[..., a] * cos - x[..., b] * sin
+    out[..., b] = x[..., b] * cos + x[..., a] * sin
     return out
 
 
-BACKENDS = _backends()
+def qk(
+    *shape: int, heads_k: int = 2, dtype: Any = None, seed: int = 0, heads_first: bool = True
+) -> tuple[Any, Any]:
+    """Seeded query and key tensors of ``shape`` (float32 unless ``dtype``); the key with
+    ``heads_k`` heads (grouped-query attention)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*shape, generator=g).to(dtype or torch.float32)
+    kshape = list(shape)
+    kshape[1 if len(shape) == 4 and heads_first else -2] = heads_k
+    return q, torch.randn(*kshape, generator=g).to(dtype or torch.float32)
+
+
+def compile_counter() -> Any:
+    """A torch.compile backend that counts the graphs (frames) it compiles."""
+    from torch._dynamo.testing import CompileCounter
+
+    return CompileCounter()
 
 
 def hf_rotary_module(config: Any) -> Any:
@@ -152,3 +268,41 @@ def hf_rotary_module(config: Any) -> Any:
         key=lambda n: ("Text" not in n, n),
     )
     return getattr(mod, names[0])(config)
+
+
+# the originals' own float32 tables, as published ----------------------------------------
+
+
+def tutorial_table(max_len: int, d_model: int) -> Any:
+    """The PyTorch tutorial's PositionalEncoding buffer ``pe``, ``[max_len, 1, d_model]``."""
+    import torch
+
+    position = torch.arange(max_len).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, 1, d_model)
+    pe[:, 0, 0::2] = torch.sin(position * div_term)
+    pe[:, 0, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def whisper_float32(length: int, channels: int) -> Any:
+    """Whisper's ``sinusoids``."""
+    import torch
+
+    inc = np.log(10000) / (channels // 2 - 1)
+    inv = torch.exp(-inc * torch.arange(channels // 2))
+    scaled = torch.arange(length)[:, np.newaxis] * inv[np.newaxis, :]
+    return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
+
+
+def fairseq_float32(num_embeddings: int, dim: int, padding_idx: int) -> Any:
+    """fairseq's ``SinusoidalPositionalEmbedding.get_embedding``, in float32 as it runs."""
+    import torch
+
+    half = dim // 2
+    emb = math.log(10000) / (half - 1)
+    emb = torch.exp(torch.arange(half, dtype=torch.float) * -emb)
+    emb = torch.arange(num_embeddings, dtype=torch.float).unsqueeze(1) * emb.unsqueeze(0)
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
+    emb[padding_idx, :] = 0
+    return emb

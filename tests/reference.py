@@ -238,3 +238,16 @@ def nerf(x, multires, include_input=True):
         for fn in (np.sin, np.cos):
             out.append(fn(x * f))
     return np.concatenate(out, axis=-1)
+
+
+# the 1D presets: preset -> (float64 reference of rows offset..offset+n-1, the widths it takes)
+ONE_D = {
+    "vaswani": (lambda n, d, off: vaswani(n, d, offset=off), "even"),
+    "tensor2tensor": (lambda n, d, off: t2t_1d(n, d, start_index=off), "any"),
+    "fairseq": (lambda n, d, off: fairseq(n, d, padding_idx=1, offset=off), "any"),
+    "whisper": (lambda n, d, off: whisper(n, d, offset=off), "even"),
+    "marian": (lambda n, d, off: marian(n, d, offset=off), "any"),
+    "timestep": (lambda n, d, off: timestep(off + np.arange(n, dtype=np.float64), d), "any"),
+    "tatp22": (lambda n, d, off: tatp22((n,), d, offset=off), "any"),
+}
+ONE_D_OPTIONS = {"fairseq": {"padding_idx": 1}}  # posenc's options for those references

@@ -13,6 +13,7 @@ import pytest
 
 import posenc
 from tests import reference as ref
+from tests.helpers import whisper_float32
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -257,19 +258,11 @@ def test_demo_writes_figures_and_summary(tmp_path):
 # identify: tables as the originals write them (float32 arithmetic, checkpoint dtypes)
 
 
-def _whisper_float32(length: int, channels: int):
-    torch = pytest.importorskip("torch")
-    inc = np.log(10000) / (channels // 2 - 1)
-    inv = torch.exp(-inc * torch.arange(channels // 2))
-    scaled = torch.arange(length)[:, None] * inv[None, :]
-    return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
-
-
 def test_identify_whisper_buffer_in_pt(tmp_path):
     torch = pytest.importorskip("torch")
     path = tmp_path / "encoder.pt"
     state = {
-        "encoder.positional_embedding": _whisper_float32(1500, 384),
+        "encoder.positional_embedding": whisper_float32(1500, 384),
         "encoder.conv1.weight": torch.randn(384, 80, 3),
     }
     torch.save(state, path)
@@ -331,12 +324,12 @@ def test_identify_needs_name_when_ambiguous(tmp_path):
 
 
 def test_progress_bar_only_on_a_terminal_after_a_second(monkeypatch, capsys):
-    from posenc.app import cli
+    from posenc.app import commands
 
     clock = iter([0.0, 0.5, 2.0, 3.0])
-    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(commands.time, "monotonic", lambda: next(clock))
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    bar = cli._Bar("job")
+    bar = commands._Bar("job")
     bar(10, 100)  # 0.5 s: nothing yet
     assert capsys.readouterr().err == ""
     bar(50, 100)

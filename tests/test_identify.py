@@ -1,4 +1,4 @@
-"""``posenc.app.identify``: its candidates come from the presets' data, not from a list of its own.
+"""``posenc.api.identify``: its candidates come from the presets' data, not from a list of its own.
 
 The tables identified for correctness are independent float64 references (tests/reference.py),
 never posenc's output.
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import posenc
-from posenc.app import identify as identify_module
-from posenc.app.identify import MATCH, identify
+from posenc.api import identify as identify_module
+from posenc.api.identify import MATCH, identify
 from posenc.spec.encoding import Encoding
 from posenc.spec.presets import PRESETS, ZERO_ROW, Preset
 from posenc.spec.presets.sinusoidal import MAE_CLS, MAX_TIMESCALE, TEMPERATURE

@@ -1,8 +1,8 @@
 """Properties over presets x sizes x offsets x dtypes x backends (hypothesis, derandomized).
 
 Every result is finite and equals the float64 reference, written from the original's formula
-(`tests/reference.py`), rounded once to the output dtype; NumPy, torch, JAX and the Array API
-give the same bits; every rejection is a `PosencError` that names the argument.
+(`tests/reference.py`), rounded once to the output dtype; every rejection is a `PosencError`
+that names the argument. (That every array library gives the same bits: test_backends.py.)
 """
 
 from __future__ import annotations
@@ -10,25 +10,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import posenc
 from tests import reference as ref
-from tests.helpers import BACKENDS, assert_correctly_rounded, raises, to_numpy
+from tests.helpers import assert_correctly_rounded, dtype_for, raises
 
-# preset -> (float64 reference of rows offset..offset+n-1, the widths it takes)
-ONE_D = {
-    "vaswani": (lambda n, d, off: ref.vaswani(n, d, offset=off), "even"),
-    "tensor2tensor": (lambda n, d, off: ref.t2t_1d(n, d, start_index=off), "any"),
-    "fairseq": (lambda n, d, off: ref.fairseq(n, d, padding_idx=1, offset=off), "any"),
-    "whisper": (lambda n, d, off: ref.whisper(n, d, offset=off), "even"),
-    "marian": (lambda n, d, off: ref.marian(n, d, offset=off), "any"),
-    "timestep": (lambda n, d, off: ref.timestep(off + np.arange(n, dtype=np.float64), d), "any"),
-    "tatp22": (lambda n, d, off: ref.tatp22((n,), d, offset=off), "any"),
-}
-OPTIONS = {"fairseq": {"padding_idx": 1}}
 DTYPES = ["float64", "float32", "float16", "bfloat16"]
 
 
@@ -48,22 +36,15 @@ def _slack(largest_position: float, dtype: str) -> float:
     return _reference_error(largest_position) + own
 
 
-def _dtype_for(backend: str, name: str):
-    if name == "bfloat16" or backend == "torch":
-        torch = pytest.importorskip("torch")
-        return getattr(torch, name)
-    return name
-
-
 @given(
-    preset=st.sampled_from(sorted(ONE_D)),
+    preset=st.sampled_from(sorted(ref.ONE_D)),
     n=st.integers(1, 40),
     d=st.integers(4, 96),
     offset=st.one_of(st.integers(-300, 300), st.integers(-(2**24), 2**24)),
     dtype=st.sampled_from(DTYPES),
 )
 def test_tables_are_the_reference_rounded_once(preset, n, d, offset, dtype):
-    reference, widths = ONE_D[preset]
+    reference, widths = ref.ONE_D[preset]
     d -= d % 2 if widths == "even" else 0
     if preset == "timestep":  # diffusers encodes real t >= 0 (fractional in the next test)
         offset = abs(offset)
@@ -72,8 +53,8 @@ def test_tables_are_the_reference_rounded_once(preset, n, d, offset, dtype):
         d,
         preset=preset,
         offset=offset,
-        dtype=_dtype_for("numpy", dtype),
-        **OPTIONS.get(preset, {}),
+        dtype=dtype_for("numpy", dtype),
+        **ref.ONE_D_OPTIONS.get(preset, {}),
     )
     want = reference(n, d, offset)
     largest = max(abs(offset), abs(offset + n - 1))
@@ -87,7 +68,7 @@ def test_tables_are_the_reference_rounded_once(preset, n, d, offset, dtype):
 )
 def test_real_timesteps_are_the_reference_rounded_once(t, d, dtype):
     t = np.asarray(t, dtype=np.float64)
-    got = posenc.encode(t, d, preset="timestep", dtype=_dtype_for("numpy", dtype))
+    got = posenc.encode(t, d, preset="timestep", dtype=dtype_for("numpy", dtype))
     assert_correctly_rounded(got, ref.timestep(t, d), slack=_slack(float(t.max()), dtype))
 
 
@@ -111,38 +92,8 @@ def test_grids_are_the_reference_rounded_once(preset, shape, d, dtype):
     d -= d % multiple
     if preset == "mae" and shape[0] != shape[1]:
         shape = (shape[0], shape[0])  # MAE's reference takes square grids
-    got = posenc.grid(shape, d, preset=preset, dtype=_dtype_for("numpy", dtype))
+    got = posenc.grid(shape, d, preset=preset, dtype=dtype_for("numpy", dtype))
     assert_correctly_rounded(got, reference(shape, d), slack=_slack(12, dtype))
-
-
-@given(
-    preset=st.sampled_from(sorted(ONE_D)),
-    positions=st.lists(st.integers(-(2**27) + 1, 2**27 - 1), min_size=1, max_size=20),
-    d=st.integers(4, 48),
-    dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
-)
-def test_every_backend_gives_the_same_bits(preset, positions, d, dtype):
-    """NumPy, torch and JAX (x64 off: the host engine) give the same bits. The Array API path
-    evaluates the formula directly in float64, whose angles err by up to |p| 2^-53 (2^-26 near
-    the 2^27 limit): as accurate as the engine, but not always the same bits."""
-    d -= d % 2 if ONE_D[preset][1] == "even" else 0
-    pos = np.asarray(positions, dtype=np.int32)  # int32: exact in JAX without x64
-    if preset == "timestep":
-        pos = np.abs(pos.astype(np.int64)).astype(np.int32)
-    opts = OPTIONS.get(preset, {})
-    want = to_numpy(posenc.encode(pos, d, preset=preset, dtype=_dtype_for("numpy", dtype), **opts))
-    assert np.isfinite(want).all()
-    for name, make in BACKENDS.items():
-        kw = {"dtype": _dtype_for(name, dtype)} if name in ("numpy", "torch") else {}
-        if name not in ("numpy", "torch") and dtype != "float32":
-            continue  # JAX and the Array API follow their inputs' float32 default
-        got = to_numpy(posenc.encode(make(pos), d, preset=preset, **opts, **kw))
-        assert got.dtype == want.dtype, name
-        if name == "array-api-strict":  # both within 2^-25 + |p| 2^-52 of the exact value
-            bound = 2 * (2.0**-25 + float(np.abs(pos).max()) * 2.0**-52)
-            assert np.abs(got.astype(np.float64) - want).max() <= bound, name
-        else:
-            assert np.array_equal(got, want), name
 
 
 # every rejection names the argument ----------------------------------------------------------
@@ -192,22 +143,3 @@ def test_every_rejection_names_the_argument(argument, value):
     with raises(name) as info:
         CALLS[argument](value)
     assert "Traceback" not in str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("values", "rule"),
-    [
-        (np.array([1.0, np.nan]), "finite"),
-        (np.array([1.0, np.inf]), "finite"),
-        (np.array([True, False]), "bool"),
-        (np.array([1 + 2j]), "complex"),
-    ],
-)
-def test_bad_positions_are_refused_by_every_backend(backend, values, rule):
-    name, make = backend
-    if name == "jax" and values.dtype.kind == "c":
-        values = values.astype(np.complex64)  # JAX without x64
-    if name == "jax" and values.dtype == np.float64:
-        values = values.astype(np.float32)
-    with raises("`positions`", rule):
-        posenc.encode(make(values), 8)

@@ -1,8 +1,10 @@
 """posenc.rope in exact mode: every scaling rule against mpmath, every dtype rounded once,
-the same bits in every library, and the layouts, sections and axial blocks as specified.
+and the layouts, sections and axial blocks as specified. (The same bits in every array
+library: test_backends.py; apply_rope: test_apply.py.)
 
-The reference frequencies are written here from the formulas (``../shared/ROPE.md``), in
-mpmath at 40 digits; nothing is taken from the code under test.
+The reference frequencies and attention factors are written here from each rule's formula
+(`ref_omega`: default, linear, dynamic NTK, YaRN, LongRoPE, Llama 3), in mpmath at 40 digits;
+nothing is taken from the code under test.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 import posenc
-from tests.helpers import BACKENDS, as_float64, assert_correctly_rounded, raises, to_numpy
+from tests.helpers import as_float64, assert_correctly_rounded, raises
 
 mpmath.mp.dps = 40
 PI = mpmath.pi
@@ -187,22 +189,6 @@ def test_layouts(layout):
         assert cos.shape == (len(pos), 8)
 
 
-@pytest.mark.parametrize("name", sorted(BACKENDS))
-def test_every_library_gives_the_same_bits(name):
-    """NumPy, torch and JAX (x64 off) give NumPy's bits, in their own library, any shape."""
-    make = BACKENDS[name]
-    ids = np.random.default_rng(0).integers(0, 2**24, size=(3, 50))
-    want = posenc.rope(ids, 64, base=5e5, scaling=LLAMA3)
-    got = posenc.rope(make(ids), 64, base=5e5, scaling=LLAMA3)
-    assert type(got[0]).__module__.split(".")[0] == type(make(ids)).__module__.split(".")[0]
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == (3, 50, 64)
-        if name == "array-api-strict":  # the direct formula: one rounding of its own float64
-            assert np.abs(to_numpy(g) - w).max() <= 2.0**-24
-        else:
-            assert np.array_equal(to_numpy(g), w)
-
-
 def test_real_positions_are_exact():
     pos = [0.5, 123.25, 1e5 + 0.125, 3.0e6 + 0.75]
     cos, sin = posenc.rope(np.array(pos), 16, scaling=RULES["linear"])
@@ -374,26 +360,3 @@ def test_exact_tables_are_views_of_one_array():
     assert cos.base is not None
     assert cos.base is sin.base
     assert as_float64(cos).shape == (10, 8)
-
-
-@pytest.mark.parametrize("layout", ["halves", "interleaved", "compact"])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
-def test_apply_rope_in_blocks_is_the_same_as_in_one(monkeypatch, layout, dtype):
-    """Large inputs rotate block by block (cache-sized float32 temporaries): the same bits as
-    one pass, for tables that broadcast over any leading axes and blocks that cut any axis."""
-    import posenc.evaluate.libs.torch_rotation as core
-
-    torch = pytest.importorskip("torch")
-    x = torch.randn(2, 3, 50, 40, generator=torch.Generator().manual_seed(1))
-    x = x.to(getattr(torch, dtype))
-    tables = [
-        posenc.rope(torch.arange(50), 32, layout=layout),  # [50, w]
-        posenc.rope(torch.arange(100).reshape(2, 1, 50), 32, layout=layout),  # per batch
-        posenc.rope(torch.arange(300).reshape(2, 3, 50) % 77, 32, layout=layout),  # per head
-    ]
-    for cos, sin in tables:
-        monkeypatch.setattr(core, "BLOCK", 1 << 30)
-        whole = posenc.apply_rope(x, cos, sin, layout=layout)
-        for block in (40, 700, 2000, 4000):  # a row; rows of axis 2; whole axes; axis 1 cut
-            monkeypatch.setattr(core, "BLOCK", block)
-            assert torch.equal(posenc.apply_rope(x, cos, sin, layout=layout), whole), block

@@ -1,5 +1,5 @@
-"""``compat="transformers"``: bit for bit what transformers' own rotary modules return, and
-``apply_rope`` against transformers' and Meta's rotations.
+"""``compat="transformers"``: bit for bit what transformers' own rotary modules return.
+(``apply_rope`` against transformers' and Meta's rotations: test_apply.py.)
 
 Each case builds the model family's rotary module from a small config (no downloads) and
 calls posenc with the values read off that config by hand here: the rotary width, base,
@@ -16,6 +16,8 @@ from tests.helpers import hf_rotary_module, raises
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
 HIDDEN = {"hidden_size": 256, "num_attention_heads": 4}  # head_dim 64
 
@@ -95,11 +97,6 @@ CASES = {
 }  # fmt: skip
 
 LENGTHS = {"short": 1500, "original": 4096, "long": 70_000}
-
-
-@pytest.fixture(autouse=True)
-def _quiet_transformers():
-    T.logging.set_verbosity_error()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -188,121 +185,3 @@ def test_numpy_positions_in_compat_mode():
 def test_compat_refuses_axial():
     with raises("compat", "axial"):
         posenc.rope(np.zeros((4, 3)), 64, axes_dim=(16, 24, 24), compat="transformers")
-
-
-# apply_rope ---------------------------------------------------------------------------
-
-
-def _hf_apply(q, cos, sin):
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    return apply_rotary_pos_emb(q, q, cos, sin, unsqueeze_dim=1)[0]
-
-
-def _meta_apply(x, cos_half, sin_half):
-    """Meta Llama: view pairs as complex, multiply by cis, back to real."""
-    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    cis = torch.complex(cos_half, sin_half)  # Meta's freqs_cis = polar(1, angles)
-    return torch.view_as_real(xc * cis).flatten(-2).type_as(x)
-
-
-def _truth(x, pos, d, layout, base=10000.0):
-    """The rotation in float64 from the formula."""
-    x = x.double().numpy()
-    w = base ** (-np.arange(0, d, 2) / d)
-    theta = pos[:, None].astype(np.float64) * w
-    c, s = np.cos(theta), np.sin(theta)
-    out = x.copy()
-    if layout == "halves":
-        a, b = x[..., : d // 2], x[..., d // 2 : d]
-        out[..., : d // 2] = a * c - b * s
-        out[..., d // 2 : d] = b * c + a * s
-    else:
-        a, b = x[..., 0:d:2], x[..., 1:d:2]
-        out[..., 0:d:2] = a * c - b * s
-        out[..., 1:d:2] = b * c + a * s
-    return out
-
-
-def test_apply_matches_transformers_halves():
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(2, 4, 33, 64, generator=gen)
-    pos = torch.arange(100, 133)
-    cos, sin = posenc.rope(pos[None].expand(2, -1), 64)
-    got = posenc.apply_rope(q, cos[:, None], sin[:, None])
-    want = _hf_apply(q, cos, sin)
-    assert (got - want).abs().max() <= 4 * 2.0**-24 * q.abs().max()
-
-
-def test_apply_matches_meta_interleaved():
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(1, 33, 4, 64, generator=gen)  # Meta: [batch, seq, heads, head_dim]
-    pos = torch.arange(33)
-    cos, sin = posenc.rope(pos, 64, layout="interleaved")
-    got = posenc.apply_rope(x, cos[:, None], sin[:, None], layout="interleaved")
-    want = _meta_apply(x, cos[:, None, 0::2], sin[:, None, 0::2])
-    assert (got - want).abs().max() <= 4 * 2.0**-24 * x.abs().max()
-
-
-@pytest.mark.parametrize("layout", ["halves", "interleaved", "compact"])
-def test_apply_bf16_within_one_ulp_of_the_truth(layout):
-    """posenc rounds the float32 rotation once to bf16: within 1 bf16 ulp of the float64
-    rotation. transformers' bf16 path (bf16 tables, bf16 products and sum) is measured."""
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(2, 4, 256, 128, generator=gen).bfloat16()
-    pos = np.arange(90_000, 90_256)
-    cos, sin = posenc.rope(torch.from_numpy(pos), 64, layout=layout)
-    got = posenc.apply_rope(x, cos, sin, layout=layout)
-    pair = "halves" if layout == "compact" else layout
-    truth = _truth(x, pos, 64, pair)
-    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(truth), 2.0**-126))) - 7)
-    err = np.abs(got.double().numpy() - truth)
-    assert (err <= ulp).all(), (err / ulp).max()
-    assert torch.equal(got[..., 64:], x[..., 64:])  # partial rotary: the rest passes through
-    if layout == "halves":
-        hf = _hf_apply(x[..., :64], cos.bfloat16()[None], sin.bfloat16()[None])
-        hf_err = np.abs(hf.double().numpy() - truth[..., :64]) / ulp[..., :64]
-        assert hf_err.max() > 1  # transformers' bf16 path: measured in docs/rope.md
-
-
-@pytest.mark.parametrize("layout", ["halves", "interleaved"])
-def test_apply_has_gradients(layout):
-    """Training: gradients flow to x (and to learned tables), matching the in-place path."""
-    gen = torch.Generator().manual_seed(4)
-    x = torch.randn(2, 3, 16, 24, generator=gen, requires_grad=True)
-    cos, sin = posenc.rope(torch.arange(16), 16, layout=layout)
-    y = posenc.apply_rope(x, cos, sin, layout=layout)
-    with torch.no_grad():  # the in-place path may fuse a multiply-add: within float32 rounding
-        assert torch.allclose(y, posenc.apply_rope(x, cos, sin, layout=layout), atol=5e-7)
-    y.square().sum().backward()
-    # the rotation is orthogonal: d/dx sum(R x)^2 = 2 R^T R x = 2 x
-    assert torch.allclose(x.grad, 2 * x.detach(), atol=1e-5)
-
-
-def test_apply_float64_and_numpy():
-    pos = np.arange(10)
-    cos, sin = posenc.rope(pos, 8, dtype=np.float64)
-    x = np.random.default_rng(3).standard_normal((3, 10, 12))
-    got = posenc.apply_rope(x, cos, sin)
-    assert got.dtype == np.float64
-    assert np.abs(got - _truth(torch.from_numpy(x), pos, 8, "halves")).max() < 1e-14
-
-
-APPLY_ERRORS = [
-    (lambda: posenc.apply_rope(torch.zeros(2, 8, 32), torch.zeros(8, 64), torch.zeros(8, 64)),
-     ("rotary width", "64", "32")),
-    (lambda: posenc.apply_rope(torch.zeros(2, 8, 32), torch.zeros(8, 7), torch.zeros(8, 7)),
-     ("rotary width", "even")),
-    (lambda: posenc.apply_rope(torch.zeros(8, 32), torch.zeros(8, 8), torch.zeros(8, 6)),
-     ("`cos` and `sin`", "(8, 8)", "(8, 6)")),
-    (lambda: posenc.apply_rope(torch.zeros(8, 32), torch.zeros(2, 8, 8), torch.zeros(2, 8, 8)),
-     ("`cos`", "broadcast", "head axis")),
-    (lambda: posenc.apply_rope(torch.zeros(8, 32), torch.zeros(8, 8), torch.zeros(8, 8),
-                               layout="pairs"), ("`layout`", "'pairs'")),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("call", "fragments"), APPLY_ERRORS)
-def test_apply_errors(call, fragments):
-    with raises(*fragments):
-        call()

@@ -1,7 +1,8 @@
 """posenc.torch.RotaryEmbedding and RotaryEmbedding.from_hf: numbers against a float64
-rotation written from the formula, every way of giving positions, production behaviour
-(state_dict, meta, compile, export, ONNX), the rotary presets against their upstreams, and
-the transformers adapter bit for bit with every covered family's own module."""
+rotation written from the formula (`helpers.rotated`), every way of giving positions,
+production behaviour (state_dict, meta, compile), the rotary presets against their upstreams,
+and the transformers adapter bit for bit with every covered family's own module. (Export and
+ONNX: test_export.py.)"""
 
 from __future__ import annotations
 
@@ -11,30 +12,12 @@ import numpy as np
 import pytest
 
 import posenc
-from tests.helpers import hf_rotary_module, raises
+from tests.helpers import compile_counter, hf_rotary_module, qk, raises, rotated
 
 torch = pytest.importorskip("torch")
 from posenc.torch import RotaryEmbedding  # noqa: E402
 
-
-def reference(x, positions, dim, *, base=10000.0, pairing="halves", heads_first=True):
-    """``x`` rotated in float64 from the formula: pair ``i`` turns by ``p * base**(-2i/d)``.
-    ``positions``: ``[b, s]`` or ``[s]`` (or ``[t]`` for ``[t, h, d]`` x)."""
-    x = x.double().numpy()
-    pos = np.asarray(positions, dtype=np.float64)
-    theta = pos[..., None] * base ** (-np.arange(0, dim, 2) / dim)
-    cos, sin = np.cos(theta), np.sin(theta)
-    if x.ndim == 4 and heads_first:
-        cos, sin = cos[..., None, :, :], sin[..., None, :, :]
-    else:  # [b, s, h, d] or packed [t, h, d]: the head axis after the sequence
-        cos, sin = cos[..., None, :], sin[..., None, :]
-    n = dim // 2
-    a, b = (slice(0, n), slice(n, dim)) if pairing == "halves" else (
-        slice(0, dim, 2), slice(1, dim, 2))  # fmt: skip
-    out = x.copy()
-    out[..., a] = x[..., a] * cos - x[..., b] * sin
-    out[..., b] = x[..., b] * cos + x[..., a] * sin
-    return out
+pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
 
 def check(got, want, x):
@@ -43,14 +26,6 @@ def check(got, want, x):
     assert got.shape == x.shape
     err = np.abs(got.double().numpy() - want).max()
     assert err <= 8 * 2.0**-24 * max(1.0, float(x.abs().max())), err
-
-
-def qk(*shape, heads_k=2, dtype=torch.float32, seed=0, heads_first=True):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(*shape, generator=g).to(dtype)
-    kshape = list(shape)
-    kshape[1 if len(shape) == 4 and heads_first else -2] = heads_k  # grouped-query attention
-    return q, torch.randn(*kshape, generator=g).to(dtype)
 
 
 @pytest.mark.parametrize("pairing", ["halves", "interleaved"])
@@ -62,8 +37,8 @@ def test_default_positions_offsets_and_partial_rotary(pairing, heads_first):
     for offset in (0, 100, 5000, 3_000_000):  # kept rows, the window, computed rows
         gq, gk = m(q, k, offset=offset)
         pos = np.arange(offset, offset + 40)
-        check(gq, reference(q, pos, 64, pairing=pairing, heads_first=heads_first), q)
-        check(gk, reference(k, pos, 64, pairing=pairing, heads_first=heads_first), k)
+        check(gq, rotated(q, pos, 64, layout=pairing, heads_first=heads_first), q)
+        check(gk, rotated(k, pos, 64, layout=pairing, heads_first=heads_first), k)
         assert torch.equal(gq[..., 64:], q[..., 64:])  # the rest passes through
 
 
@@ -72,17 +47,17 @@ def test_tensor_offsets_positions_and_packed_documents():
     q, k = qk(2, 3, 9, 32)
     offset = torch.tensor([5, 70_000])  # one row inside the kept table, one far past it
     gq, _ = m(q, k, offset=offset)
-    check(gq, reference(q, offset[:, None].numpy() + np.arange(9), 32), q)
+    check(gq, rotated(q, offset[:, None].numpy() + np.arange(9), 32), q)
     for positions in (torch.arange(9) * 7, torch.randint(0, 2**24, (2, 9)),
                       torch.rand(2, 9, dtype=torch.float64) * 1000):  # fmt: skip
         gq, _ = m(q, k, positions)
-        check(gq, reference(q, positions.numpy(), 32), q)
+        check(gq, rotated(q, positions.numpy(), 32), q)
     cu = torch.tensor([0, 4, 4, 11])  # three documents, one empty
     tq, tk = qk(11, 3, 32)
     gq, gk = m(tq, tk, cu_seqlens=cu)
     pos = np.concatenate([np.arange(4), np.arange(7)])
-    check(gq, reference(tq, pos, 32), tq)
-    check(gk, reference(tk, pos, 32), tk)
+    check(gq, rotated(tq, pos, 32), tq)
+    check(gk, rotated(tk, pos, 32), tk)
 
 
 def test_decoding_loop_through_the_window_matches_the_prefill():
@@ -102,7 +77,7 @@ def test_other_dtypes_round_the_float32_rotation_once(dtype):
     m = RotaryEmbedding(64)
     q, k = qk(1, 2, 50, 64, dtype=dtype)
     gq, _ = m(q, k, offset=90_000)
-    want = reference(q, np.arange(90_000, 90_050), 64)
+    want = rotated(q, np.arange(90_000, 90_050), 64)
     assert gq.dtype == dtype
     if dtype == torch.float64:
         assert np.abs(gq.numpy() - want).max() < 1e-10  # the reference's own float64 error
@@ -137,36 +112,30 @@ def test_autograd_flows_through_the_rotation():
     assert torch.allclose(q.grad, 2 * q.detach(), atol=1e-5)
 
 
-def _counter():
-    from torch._dynamo.testing import CompileCounter
-
-    return CompileCounter()
-
-
 def test_compile_fullgraph_dynamic_one_graph_per_input_kind():
     """No graph break (fullgraph: no host read in forward) and no recompile across lengths,
     offsets or positions; traced rows are the float64 formula, within the float32 tolerance
     of the reference."""
     torch._dynamo.reset()
     m = RotaryEmbedding(64, cached_length=32)
-    counter = _counter()
+    counter = compile_counter()
     cm = torch.compile(m, fullgraph=True, dynamic=True, backend=counter)
     for length in (3, 17, 33, 300):
         q, k = qk(2, 4, length, 64)
-        check(cm(q, k)[0], reference(q, np.arange(length), 64), q)
+        check(cm(q, k)[0], rotated(q, np.arange(length), 64), q)
     assert counter.frame_count == 1
     for start in (5, 100_000, 7_000_000):  # a decoding loop's tensor offsets
         q, k = qk(2, 4, 1, 64)
         off = torch.tensor([start, start + 9])
-        check(cm(q, k, offset=off)[0], reference(q, off[:, None].numpy(), 64), q)
+        check(cm(q, k, offset=off)[0], rotated(q, off[:, None].numpy(), 64), q)
     assert counter.frame_count == 2
     for length in (5, 50):  # (not 4: duck sizing would tie it to the 4 heads)
         q, k = qk(1, 4, length, 64)
         pos = torch.randint(0, 1 << 20, (1, length))
-        check(cm(q, k, pos)[1], reference(k, pos.numpy(), 64), k)
+        check(cm(q, k, pos)[1], rotated(k, pos.numpy(), 64), k)
     cu = torch.tensor([0, 3, 10])
     tq, tk = qk(10, 4, 64)
-    check(cm(tq, tk, cu_seqlens=cu)[0], reference(tq, [0, 1, 2, *range(7)], 64), tq)
+    check(cm(tq, tk, cu_seqlens=cu)[0], rotated(tq, [0, 1, 2, *range(7)], 64), tq)
     assert counter.frame_count == 4
 
 
@@ -203,55 +172,6 @@ def test_traced_longrope_chooses_its_factors_on_the_device():
         want = posenc.apply_rope(q, cos, sin)
         assert (cm(q, k)[0] - want).abs().max() <= 8 * 2.0**-24 * float(q.abs().max())
     assert counter.frame_count == 1
-
-
-class _Attention(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.rope = RotaryEmbedding(64, preset="llama")
-
-    def forward(self, q, k):
-        return self.rope(q, k)
-
-
-def _float64_nodes(program) -> list[str]:
-    return [
-        n.name
-        for n in program.graph.nodes
-        if getattr(n.meta.get("val"), "dtype", None) == torch.float64
-    ]
-
-
-def test_torch_export_dynamic_length_without_float64():
-    seq = torch.export.Dim("seq", min=2, max=1 << 20)
-    q, k = qk(1, 4, 16, 96)
-    program = torch.export.export(_Attention(), (q, k), dynamic_shapes=({2: seq}, {2: seq}))
-    assert _float64_nodes(program) == []
-    for length in (16, 700):
-        q, k = qk(1, 4, length, 96)
-        gq, _gk = program.module()(q, k)
-        # the float32-only formula (runtimes without float64): within 1e-6 of the truth
-        assert np.abs(gq.double().numpy() - reference(q, np.arange(length), 64)).max() < 1e-5
-
-
-@pytest.mark.filterwarnings("ignore:# The axis name:UserWarning")
-def test_onnx_runs_in_onnxruntime_at_two_lengths(tmp_path):
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
-    seq = torch.export.Dim("seq", min=2, max=1 << 20)
-    q, k = qk(1, 4, 16, 96)
-    program = torch.onnx.export(
-        _Attention().eval(), (q, k), dynamic_shapes=({2: seq}, {2: seq}), dynamo=True, verbose=False
-    )
-    path = tmp_path / "rope.onnx"
-    program.save(str(path))
-    session = ort.InferenceSession(str(path))
-    names = [i.name for i in session.get_inputs()]
-    for length in (16, 1000):
-        q, k = qk(1, 4, length, 96)
-        gq, gk = session.run(None, {names[0]: q.numpy(), names[1]: k.numpy()})
-        assert np.abs(gq - reference(q, np.arange(length), 64)).max() < 1e-5
-        assert np.abs(gk - reference(k, np.arange(length), 64)).max() < 1e-5
 
 
 def test_sections_and_axes_rotate_by_their_tables():
@@ -309,11 +229,6 @@ def test_module_errors_name_the_argument():
 # the rotary presets against their upstreams
 
 T = pytest.importorskip("transformers")
-
-
-@pytest.fixture(autouse=True)
-def _quiet_transformers():
-    T.logging.set_verbosity_error()
 
 
 # preset -> the transformers config whose rotary module it reproduces
@@ -493,11 +408,9 @@ def test_from_hf_compiles_and_compat_stays_transformers_when_both_are_compiled()
     """Compiled models compile their rotary module: compat, compiled, equals transformers'
     module compiled the same way (inductor's code for one graph); exact, compiled, is the
     float64 formula, within a float32 ulp of eager."""
-    from torch._dynamo.testing import CompileCounter
-
     config = T.LlamaConfig(hidden_size=256, num_attention_heads=4)
     torch._dynamo.reset()
-    counter = CompileCounter()
+    counter = compile_counter()
     compat = torch.compile(RotaryEmbedding.from_hf(config, compat="transformers"),
                            fullgraph=True, dynamic=True)  # fmt: skip
     theirs = torch.compile(hf_rotary_module(config), fullgraph=True, dynamic=True)

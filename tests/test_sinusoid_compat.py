@@ -1,6 +1,7 @@
 """``compat="original"``: the sinusoidal presets' originals' own float32 numbers, bit for bit
 against the upstream code (transformers' Whisper and fairseq ports, diffusers, the PyTorch
-tutorial and labml, whose code has no package and is written out here as published)."""
+tutorial and labml, whose code has no package and is written out as published: labml here,
+the tutorial in helpers.py)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,9 @@ import numpy as np
 import pytest
 
 import posenc
-from tests.helpers import raises
+from tests.helpers import raises, tutorial_table
 
 torch = pytest.importorskip("torch")
-
-
-def tutorial(max_len, d_model):
-    """The PyTorch tutorial's PositionalEncoding buffer (``pe[:, 0]``), as published."""
-    position = torch.arange(max_len).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
-    pe = torch.zeros(max_len, 1, d_model)
-    pe[:, 0, 0::2] = torch.sin(position * div_term)
-    pe[:, 0, 1::2] = torch.cos(position * div_term)
-    return pe[:, 0]
 
 
 def labml(d_model, max_len):
@@ -46,7 +37,7 @@ def same(got, want):
 @pytest.mark.parametrize(("length", "dim"), [(5000, 512), (1500, 384), (77, 64)])
 def test_vaswani_is_the_tutorial_and_labml(length, dim):
     got = posenc.table(length, dim, compat="original")
-    same(got, tutorial(length, dim))
+    same(got, tutorial_table(length, dim)[:, 0])
     same(got, labml(dim, length))
 
 

@@ -1,5 +1,5 @@
-"""posenc.torch modules: numbers, production behaviour (state_dict, meta, dtypes, compile,
-export, ONNX), and errors."""
+"""posenc.torch modules: numbers, behaviour (state_dict, meta, dtypes, compile), diffusers' and
+Hugging Face's conventions, and errors. (Export and ONNX: test_export.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import posenc
 from posenc import PosencError
 from tests import reference as ref
-from tests.helpers import within_ulps
+from tests.helpers import assert_correctly_rounded, compile_counter, raises, within_ulps
 
 torch = pytest.importorskip("torch")
 from posenc.torch import (  # noqa: E402
@@ -33,10 +33,11 @@ def exact(length: int, d: int, preset: str = "vaswani", offset: int = 0, **kw) -
     raise AssertionError(preset)
 
 
-def within_float32(got, want: np.ndarray) -> None:
-    got = got.detach().double().numpy()
-    half_ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64) / 2
-    assert (np.abs(got - want) <= half_ulp + 1e-12).all(), np.abs(got - want).max()
+def rounded_to_float32(got, want: np.ndarray) -> None:
+    """A float32 output is the float64 reference rounded once (1e-12: the reference's own
+    float64 error)."""
+    assert got.dtype == torch.float32
+    assert_correctly_rounded(got, want, slack=1e-12)
 
 
 # -- the add-to-activations module -------------------------------------------------------
@@ -49,7 +50,7 @@ def test_adds_the_exact_encoding(preset, length):
     x = torch.zeros(2, length, 64)
     y = m(x)
     assert y.shape == x.shape
-    within_float32(y[1], exact(length, 64, preset))
+    rounded_to_float32(y[1], exact(length, 64, preset))
 
 
 def test_seq_first_input_scale_and_offset():
@@ -66,15 +67,15 @@ def test_explicit_positions_and_per_batch_offsets():
     pos = torch.tensor([[0, 5, 9, 100_000], [7, 7, 1, 2]])
     y = m(x, pos)
     table = exact(100_001, 16)
-    within_float32(y, table[pos.numpy()])
-    within_float32(m(x, torch.tensor([3, 1, 4, 1])), table[[3, 1, 4, 1]][None].repeat(2, 0))
+    rounded_to_float32(y, table[pos.numpy()])
+    rounded_to_float32(m(x, torch.tensor([3, 1, 4, 1])), table[[3, 1, 4, 1]][None].repeat(2, 0))
     y = m(x, offset=torch.tensor([10, 4000]))
-    within_float32(y[0], table[10:14])
-    within_float32(y[1], table[4000:4004])
+    rounded_to_float32(y[0], table[10:14])
+    rounded_to_float32(y[1], table[4000:4004])
     reals = m(x, torch.tensor([0.5, 1.25, 2.0, 1e6 + 0.5], dtype=torch.float64))
     theta = np.array([0.5, 1.25, 2.0, 1e6 + 0.5])[:, None] * 10000.0 ** (-np.arange(8) / 8)
     want = np.stack([np.sin(theta), np.cos(theta)], -1).reshape(4, 16)
-    within_float32(reals[0], want)
+    rounded_to_float32(reals[0], want)
 
 
 def test_packed_sequences_restart_positions():
@@ -83,7 +84,7 @@ def test_packed_sequences_restart_positions():
     x = torch.zeros(9, 16)
     y = m(x, cu_seqlens=torch.tensor([0, 3, 5, 9]))
     table = exact(4, 16)
-    within_float32(y, table[[0, 1, 2, 0, 1, 0, 1, 2, 3]])
+    rounded_to_float32(y, table[[0, 1, 2, 0, 1, 0, 1, 2, 3]])
     assert m(x[None], cu_seqlens=torch.tensor([0, 9])).shape == (1, 9, 16)
 
 
@@ -154,12 +155,6 @@ def test_gradients_flow_to_x_only():
     assert torch.equal(x.grad, torch.full_like(x, 2.0))
 
 
-def _counter():
-    from torch._dynamo.testing import CompileCounter
-
-    return CompileCounter()
-
-
 @pytest.mark.parametrize("dynamic", [True, False])
 def test_compile_fullgraph_matches_eager(dynamic):
     torch._dynamo.reset()
@@ -186,7 +181,7 @@ def test_compile_fullgraph_matches_eager(dynamic):
 def test_compile_dynamic_does_not_recompile_for_new_lengths():
     torch._dynamo.reset()
     m = PositionalEncoding(32, cached_length=64).eval()
-    counter = _counter()
+    counter = compile_counter()
     cm = torch.compile(m, fullgraph=True, dynamic=True, backend=counter)
     # within the cache, across its end and far past it: one graph (kept rows, then the
     # computed rest), every row the paper's table written from the formula
@@ -196,48 +191,11 @@ def test_compile_dynamic_does_not_recompile_for_new_lengths():
         np.testing.assert_allclose(got[1], ref.vaswani(length, 32), rtol=0, atol=3e-7)
     assert counter.frame_count == 1
     positions = torch.compile(
-        lambda x, p: m(x, p), fullgraph=True, dynamic=True, backend=(c2 := _counter())
+        lambda x, p: m(x, p), fullgraph=True, dynamic=True, backend=(c2 := compile_counter())
     )
     for length in (3, 9, 33, 500):
         positions(torch.randn(1, length, 32), torch.arange(length))
     assert c2.frame_count == 1
-
-
-class _Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.pe = PositionalEncoding(32, preset="whisper")
-        self.proj = torch.nn.Linear(32, 32)
-
-    def forward(self, x):
-        return self.proj(self.pe(x))
-
-
-def test_torch_export_dynamic_length():
-    model = _Block().eval()
-    seq = torch.export.Dim("seq", min=2, max=100_000)
-    ep = torch.export.export(model, (torch.randn(2, 16, 32),), dynamic_shapes=({1: seq},))
-    for length in (16, 3000):
-        x = torch.randn(2, length, 32)
-        assert torch.allclose(ep.module()(x), model(x), atol=1e-6)
-
-
-def test_onnx_export_runs_in_onnxruntime_at_two_lengths(tmp_path):
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
-    model = _Block().eval()
-    seq = torch.export.Dim("seq", min=2, max=100_000)
-    program = torch.onnx.export(
-        model, (torch.randn(2, 16, 32),), dynamo=True, dynamic_shapes=({1: seq},), verbose=False
-    )
-    path = tmp_path / "block.onnx"
-    program.save(str(path))
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    for length in (16, 2500):
-        x = torch.randn(2, length, 32)
-        (got,) = session.run(None, {name: x.numpy()})
-        assert np.abs(got - model(x).detach().numpy()).max() < 1e-5
 
 
 @pytest.mark.parametrize(
@@ -286,7 +244,7 @@ def test_embedding_of_position_ids():
     ids = torch.tensor([[0, 99, 100, 5000]])
     out = emb(ids)
     assert out.shape == (1, 4, 32)
-    within_float32(out[0], exact(5001, 32)[[0, 99, 100, 5000]])
+    rounded_to_float32(out[0], exact(5001, 32)[[0, 99, 100, 5000]])
     assert emb.state_dict() == {}
 
 
@@ -296,11 +254,11 @@ def test_embedding_fairseq_semantics():
     out = emb(tokens)
     table = ref.fairseq(10, 16, padding_idx=1)
     positions = [[2, 3, 4, 1], [1, 1, 2, 3]]
-    within_float32(out, table[positions])
+    rounded_to_float32(out, table[positions])
     assert not out[1, :2].any()
     step = emb(tokens, step=6)
     assert step.shape == (2, 1, 16)
-    within_float32(step[:, 0], table[[8, 8]])
+    rounded_to_float32(step[:, 0], table[[8, 8]])
 
 
 def test_embedding_dtype_follows_module():
@@ -410,8 +368,42 @@ def test_timesteps_module():
     m = Timesteps(320, flip_sin_to_cos=True, downscale_freq_shift=0)
     got = m(t)
     assert got.dtype == torch.float32
-    within_float32(got, ref.timestep(t.numpy(), 320, flip_sin_to_cos=True, downscale_freq_shift=0))
+    rounded_to_float32(
+        got, ref.timestep(t.numpy(), 320, flip_sin_to_cos=True, downscale_freq_shift=0)
+    )
     compiled = torch.compile(m, fullgraph=True, dynamic=True)
     assert torch.equal(compiled(t), got)
     with pytest.raises(PosencError, match="too small"):
         Timesteps(2)
+
+
+# -- diffusers' and Hugging Face's conventions (issue 13, item 7) ---------------------------
+
+
+@pytest.mark.parametrize(("h", "w"), [(64, 64), (40, 96), (192, 192), (1, 7)])
+def test_sd3_cropped_grid(h, w):
+    """diffusers' PatchEmbed with pos_embed_max_size (SD3: 192, base_size 64): the centred crop
+    of the 192 x 192 table."""
+    enc = GridEncoding(64, preset="diffusers-2d", base_size=64, pos_embed_max_size=192)
+    full = ref.diffusers_2d(64, 192, base_size=64).reshape(192, 192, 64)
+    top, left = (192 - h) // 2, (192 - w) // 2
+    want = full[top : top + h, left : left + w].reshape(-1, 64)
+    got = enc.encoding((h, w), dtype=torch.float64)
+    assert np.abs(got.numpy() - want).max() < 1e-9
+    assert torch.equal(enc(torch.zeros(1, h * w, 64), (h, w))[0], got.float())
+    with raises("fit the grid it is cropped from", "193 > 192"):
+        enc.encoding((193, 4))
+
+
+def test_hf_pixel_mask_is_the_inverse_of_detrs_mask():
+    g = torch.Generator().manual_seed(0)
+    mask = torch.rand(2, 7, 9, generator=g) > 0.7  # True = padding
+    enc = DetrSineEncoding(16, normalize=True)
+    want = ref.detr(mask.numpy(), 16, normalize=True)
+    assert np.abs(enc(mask).double().numpy() - want).max() < 1e-6
+    for pixel_mask in ((~mask).long(), ~mask):
+        assert torch.equal(enc(pixel_mask=pixel_mask), enc(mask))
+    with raises("exactly one"):
+        enc(mask, pixel_mask=~mask)
+    with raises("`pixel_mask`", "float32"):
+        enc(pixel_mask=(~mask).float())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -215,7 +216,8 @@ def test_empty_grids_are_empty():
 
 
 def test_caches_are_bounded_in_bytes():
-    from posenc.evaluate.engine import LEVELS, ORDERS, TABLES
+    from posenc.evaluate.engine import ORDERS
+    from posenc.evaluate.integers import LEVELS, TABLES
     from posenc.spec.layout import PLANS
 
     posenc.table(1, 2**19)
@@ -231,3 +233,53 @@ def test_wide_tables_in_slices_are_the_same_bits():
     part = posenc.table(300, 16384, dtype=np.float64, channels=slice(8000, 8200))
     assert np.array_equal(wide[:, 8000:8200], part)
     within_float32(wide, ref.vaswani(300, 16384), scale=1)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_integer_like_channel_bounds_are_accepted(kind):
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        bounds = (torch.tensor(2).item(), torch.tensor(6).item())
+    else:
+        bounds = (np.int64(2), np.int32(6))
+    got = posenc.table(3, 8, channels=slice(*bounds), dtype=np.float64)
+    full = posenc.table(3, 8, dtype=np.float64)
+    np.testing.assert_array_equal(got, full[:, 2:6])
+    with pytest.raises(posenc.PosencError, match=r"`channels.start` must be an integer"):
+        posenc.table(3, 8, channels=slice(2.0, 6))
+
+
+def test_positions_that_require_grad_warn_nothing():
+    torch = pytest.importorskip("torch")
+    from posenc.torch import PositionalEncoding
+
+    t = torch.tensor([0.5, 3.0], dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = posenc.encode(t, 8, dtype=torch.float64)
+        module = PositionalEncoding(8, dtype=torch.float64)
+        module.eval()
+        out = module(torch.zeros(1, 2, 8, dtype=torch.float64), positions=t)
+    i = np.arange(4)
+    want = np.zeros((2, 8))
+    angles = np.array([0.5, 3.0])[:, None] * 10000.0 ** (-2 * i / 8)
+    want[:, 0::2], want[:, 1::2] = np.sin(angles), np.cos(angles)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(out[0].detach().numpy(), want, rtol=0, atol=1e-15)
+
+
+def test_plans_are_kept_by_their_numbers_not_their_label():
+    """The same encoding asked for under two labels (a preset with and without an option
+    that changes nothing) is one kept plan; each caller's messages name its own label."""
+    from posenc.spec.layout import PLANS, plan
+
+    enc = posenc.preset("vaswani").encoding
+    before = len(PLANS.items)
+    first = plan(enc, 24, 1, "'vaswani'")
+    second = plan(enc, 24, 1, "'vaswani' with `base`=10000.0")
+    assert len(PLANS.items) <= before + 1
+    assert first.src is second.src
+    assert first.memo is second.memo
+    assert (first.label, second.label) == ("'vaswani'", "'vaswani' with `base`=10000.0")
+    with pytest.raises(posenc.PosencError, match=r"preset 'vaswani' with `base`=10000.0"):
+        posenc.table(2**26, 24, base=10000.0, offset=2**27)

@@ -11,11 +11,13 @@ Every value is the exact encoding (angles in float64) rounded once to the output
 
 from posenc.api.apply import apply_rope
 from posenc.api.detr import detr
+from posenc.api.positions import fairseq_positions
+from posenc.api.presets import preset, presets
 from posenc.api.rope import rope
 from posenc.api.sharding import context_parallel_positions, tensor_parallel_channels
-from posenc.api.sinusoidal import encode, fairseq_positions, grid, preset, presets, table
+from posenc.api.sinusoidal import encode, grid, table
 from posenc.errors import PosencError
-from posenc.evaluate.engine import set_table_cache
+from posenc.evaluate.integers import set_table_cache
 from posenc.evaluate.libs.numpy import get_num_threads, set_num_threads
 from posenc.spec.encoding import Encoding
 from posenc.spec.presets import Preset, RotaryPreset

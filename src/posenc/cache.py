@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -72,3 +72,20 @@ def nbytes(*arrays: Any) -> int:
         elif hasattr(a, "element_size"):
             total += int(a.element_size() * a.numel())
     return total
+
+
+class derived(Generic[T]):
+    """A property computed once from an object's data and kept in its ``memo`` dict, which
+    copies of the object that hold the same data share (a plan under another label)."""
+
+    def __init__(self, fn: Callable[[Any], T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        memo = obj.memo
+        if self.name not in memo:
+            memo[self.name] = self.fn(obj)
+        value: T = memo[self.name]
+        return value

@@ -10,6 +10,7 @@ import numpy as np
 from posenc._types import Floats
 from posenc.errors import PosencError, check_choice, show
 from posenc.evaluate.libs import array_namespace, is_torch
+from posenc.evaluate.libs.base import FLOATS, dtype_name
 from posenc.spec.rotary import RopeLayout, member_columns, pair_channels
 
 if TYPE_CHECKING:
@@ -63,6 +64,12 @@ def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
         )
     if not hasattr(x, "shape") or len(x.shape) < 1:
         raise PosencError(f"`x` must be an array of at least one axis, got {show(x)}")
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if dtype_name(t.dtype) not in FLOATS:
+            raise PosencError(
+                f"`{name}` must hold floating-point values (a rotation of integers would be "
+                f"truncated), got {t.dtype}"
+            )
     w = cos.shape[-1] * (2 if layout == "compact" else 1)
     d = x.shape[-1]
     if w % 2 or w > d:
@@ -70,7 +77,10 @@ def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
             f"the rotary width ({w}, from `cos` of shape {tuple(cos.shape)} in layout "
             f"{layout!r}) must be even and at most the last axis of `x` ({d})"
         )
-    lead = np.broadcast_shapes(tuple(x.shape[:-1]), tuple(cos.shape[:-1]))
+    try:
+        lead = np.broadcast_shapes(tuple(x.shape[:-1]), tuple(cos.shape[:-1]))
+    except ValueError:
+        lead = None
     if lead != tuple(x.shape[:-1]):
         raise PosencError(
             f"`cos` of shape {tuple(cos.shape)} must broadcast against `x` of shape "

@@ -84,6 +84,6 @@ def detr(
     opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
     if scale is not None:
         opts["scale"] = scale
-    enc = get_preset("detr").resolve(opts, grid=True)
-    pl = channel_plan(enc, dim, 2, get_preset("detr").label(opts), None)
-    return evaluate.detr(pl, enc, mask, dtype=dtype)
+    encoding = get_preset("detr").resolve(opts, grid=True)
+    plan = channel_plan(encoding, dim, 2, get_preset("detr").label(opts), None)
+    return evaluate.detr(plan, encoding, mask, dtype=dtype)

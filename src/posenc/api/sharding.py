@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from posenc.errors import MAX_POSITION, PosencError, check_int
-from posenc.evaluate.libs import is_torch
+from posenc.evaluate.libs import backend_for, is_torch
 
 if TYPE_CHECKING:
     from posenc._types import Tensor
@@ -126,36 +126,35 @@ def context_parallel_positions(
             )
         positions = _split(seq_len, r, w, layout, "`seq_len`")
         return positions.astype(np.int64) + offset
-    cu = np.asarray(cu_seqlens.cpu() if is_torch(cu_seqlens) else cu_seqlens)
+    bounds = np.asarray(cu_seqlens.cpu() if is_torch(cu_seqlens) else cu_seqlens)
     if (
-        cu.ndim != 1
-        or cu.shape[0] < 2
-        or cu.dtype.kind not in "iu"
-        or cu[0] != 0
-        or (np.diff(cu) < 0).any()
+        bounds.ndim != 1
+        or bounds.shape[0] < 2
+        or bounds.dtype.kind not in "iu"
+        or bounds[0] != 0
+        or (np.diff(bounds) < 0).any()
     ):
         raise PosencError(
-            f"`cu_seqlens` must be [n + 1] non-decreasing integers starting at 0, got {cu.tolist()}"
+            "`cu_seqlens` must be [n + 1] non-decreasing integers starting at 0, got "
+            f"{bounds.tolist()}"
         )
-    if seq_len is not None and seq_len != int(cu[-1]):
-        raise PosencError(f"`seq_len` must equal cu_seqlens[-1] = {int(cu[-1])}, got {seq_len}")
-    if int(cu[-1]) + offset > limit:
+    if seq_len is not None and seq_len != int(bounds[-1]):
+        raise PosencError(f"`seq_len` must equal cu_seqlens[-1] = {int(bounds[-1])}, got {seq_len}")
+    if int(bounds[-1]) + offset > limit:
         raise PosencError(
-            f"`offset` + cu_seqlens[-1] must be <= 2^53 ({limit}), got {offset} + {int(cu[-1])}"
+            f"`offset` + cu_seqlens[-1] must be <= 2^53 ({limit}), got {offset} + {int(bounds[-1])}"
         )
-    lengths = np.diff(cu)
+    lengths = np.diff(bounds)
     within = np.concatenate([np.arange(n) for n in lengths]) if len(lengths) else np.empty(0)
     if layout == "contiguous":
-        positions = within[_split(int(cu[-1]), r, w, layout, "the number of packed tokens")]
+        positions = within[_split(int(bounds[-1]), r, w, layout, "the number of packed tokens")]
     else:
         positions = np.concatenate(
             [_split(int(n), r, w, layout, f"sequence {i}'s length") for i, n in enumerate(lengths)]
         )
     out = positions.astype(np.int64) + offset
     if is_torch(cu_seqlens):
-        import torch
-
-        return torch.from_numpy(out).to(cu_seqlens.device)
+        return backend_for(like=cu_seqlens).from_numpy(out)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The sinusoidal front-end: ``table``, ``encode``, ``grid``, and the preset lookups."""
+"""The sinusoidal front-end: ``table``, ``encode`` and ``grid``, and their ``compat`` mode."""
 
 from __future__ import annotations
 
@@ -8,59 +8,24 @@ import numpy as np
 
 from posenc import evaluate
 from posenc._types import ArrayLike, Floats, NumpyDType
-from posenc.errors import (
-    PosencError,
-    check_choice,
-    check_int,
-    check_real,
-)
-from posenc.evaluate.libs import as_positions, backend_of, is_torch
+from posenc.errors import PosencError, check_choice, check_int, check_real
+from posenc.evaluate.libs import as_positions, is_torch
 from posenc.evaluate.positions import grid_shape
 from posenc.spec.encoding import Encoding
 from posenc.spec.layout import channel_plan
-from posenc.spec.presets import PRESETS, ROTARY_PRESETS, Preset, RotaryPreset, get_preset
+from posenc.spec.presets import Preset, get_preset
 
 if TYPE_CHECKING:
     from posenc._types import Device, Tensor, TorchDType
 
 
-def presets(kind: str | None = None) -> list[str]:
-    """Names of the presets: the sinusoidal ones (added to activations: :func:`table`,
-    :func:`encode`, :func:`grid`), then the rotary ones (:func:`rope`). ``kind``
-    (``"sinusoidal"`` or ``"rotary"``) lists one family. ``posenc.preset(name)`` tells each
-    one's origin and settings.
-
-    Examples:
-        >>> "whisper" in posenc.presets(), "llama3" in posenc.presets("rotary")
-        (True, True)
-    """
-    kind = None if kind is None else check_choice("kind", kind, ("sinusoidal", "rotary"))
-    sinusoidal = [] if kind == "rotary" else list(PRESETS)
-    return sinusoidal + ([] if kind == "sinusoidal" else list(ROTARY_PRESETS))
-
-
-def preset(name: str) -> Preset | RotaryPreset:
-    """The preset record: ``origin``, ``summary`` and ``quirks``, with ``options`` (a
-    sinusoidal :class:`Preset`) or the :func:`rope` keywords ``rotary`` (a
-    :class:`RotaryPreset`).
-
-    Examples:
-        >>> posenc.preset("whisper").summary
-        '[sin | cos] halves, tensor2tensor spacing'
-        >>> posenc.preset("llama").rotary["base"]
-        10000.0
-    """
-    if isinstance(name, str) and name in ROTARY_PRESETS:
-        return ROTARY_PRESETS[name]
-    return get_preset(name)
-
-
-def _one_axis(p: Preset, call: str) -> None:
-    if p.encoding.ndim not in (1, None):
+def _one_axis(preset: Preset, call: str) -> None:
+    if preset.encoding.ndim not in (1, None):
         raise PosencError(
-            f"preset {p.name!r} encodes {p.encoding.ndim} axes; use posenc.grid(shape, dim, "
-            f"preset={p.name!r}) or posenc.encode(coords, dim, preset={p.name!r}) with "
-            f"coords of shape [..., {p.encoding.ndim}] instead of {call}"
+            f"preset {preset.name!r} encodes {preset.encoding.ndim} axes; use "
+            f"posenc.grid(shape, dim, preset={preset.name!r}) or posenc.encode(coords, dim, "
+            f"preset={preset.name!r}) with coords of shape [..., {preset.encoding.ndim}] "
+            f"instead of {call}"
         )
 
 
@@ -185,19 +150,19 @@ def table(
         >>> pe = posenc.table(1500, 384, preset="whisper")
         >>> pe = posenc.table(64, 17, preset="fairseq", padding_idx=1)  # row 1 all zero
     """
-    p = get_preset(preset)
-    _one_axis(p, "posenc.table")
-    enc = p.resolve(options, grid=False)
+    preset_ = get_preset(preset)
+    _one_axis(preset_, "posenc.table")
+    encoding = preset_.resolve(options, grid=False)
     length = check_int("length", length)
     offset_f = check_real("offset", offset)
     if compat is not None:
         start = int(offset_f) if offset_f.is_integer() else offset_f
         original = _compat_module()
         positions = original.arange(start, length, dtype=dtype, device=device, like=like)
-        return _original(p, enc, positions, dim, dtype, compat, channels, like)
-    pl = channel_plan(enc, dim, 1, p.label(options), channels)
-    return evaluate.span(pl, offset_f, length, dtype=dtype, device=device, like=like,
-                         padding_idx=enc.padding_idx)  # fmt: skip
+        return _original(preset_, encoding, positions, dim, dtype, compat, channels, like)
+    plan = channel_plan(encoding, dim, 1, preset_.label(options), channels)
+    return evaluate.span(plan, offset_f, length, dtype=dtype, device=device, like=like,
+                         padding_idx=encoding.padding_idx)  # fmt: skip
 
 
 @overload
@@ -296,26 +261,27 @@ def encode(
         >>> posenc.encode(t, 320, preset="timestep", flip_sin_to_cos=True).shape
         torch.Size([3, 320])
     """
-    p = get_preset(preset)
-    enc = p.resolve(options, grid=False)
+    preset_ = get_preset(preset)
+    encoding = preset_.resolve(options, grid=False)
     if compat is not None:
-        return _original(p, enc, positions, dim, dtype, compat, channels, None)
-    k = _axes(p, ndim)
+        return _original(preset_, encoding, positions, dim, dtype, compat, channels, None)
+    k = _axes(preset_, ndim)
     coords = k > 1 or ndim is not None
     pos = as_positions(positions)
     x = pos.values
     if coords and (x.ndim == 0 or x.shape[-1] != k):
         raise PosencError(
-            f"`positions` must have a last axis of {k} coordinates for preset {p.name!r}, "
-            f"got shape {tuple(x.shape)}"
+            f"`positions` must have a last axis of {k} coordinates for preset "
+            f"{preset_.name!r}, got shape {tuple(x.shape)}"
         )
-    pl = channel_plan(enc, dim, k, p.label(options), channels)
-    return evaluate.points(pl, pos, coords=coords, dtype=dtype, padding_idx=enc.padding_idx)
+    plan = channel_plan(encoding, dim, k, preset_.label(options), channels)
+    padding_idx = encoding.padding_idx
+    return evaluate.points(plan, pos, coords=coords, dtype=dtype, padding_idx=padding_idx)
 
 
 def _original(
-    p: Preset,
-    enc: Encoding,
+    preset: Preset,
+    encoding: Encoding,
     positions: Any,
     dim: Any,
     dtype: Any,
@@ -337,7 +303,7 @@ def _original(
             f"`positions` must stay below 2^24 with `compat`: the originals cast them to "
             f"float32, got {pos.bound:g}"
         )
-    return _compat_module().evaluate(p.name, enc, pos, dim, dtype)
+    return _compat_module().evaluate(preset.name, encoding, pos, dim, dtype)
 
 
 def _compat_module() -> Any:
@@ -351,13 +317,13 @@ def _compat_module() -> Any:
     return sinusoid
 
 
-def _axes(p: Preset, ndim: int | None) -> int:
-    fixed = p.encoding.ndim
+def _axes(preset: Preset, ndim: int | None) -> int:
+    fixed = preset.encoding.ndim
     if ndim is None:
         return fixed or 1
     ndim = check_int("ndim", ndim, minimum=1)
     if fixed is not None and ndim != fixed:
-        raise PosencError(f"`ndim` must be {fixed} for preset {p.name!r}, got {ndim}")
+        raise PosencError(f"`ndim` must be {fixed} for preset {preset.name!r}, got {ndim}")
     return ndim
 
 
@@ -464,30 +430,10 @@ def grid(
         >>> posenc.grid((14, 14), 768, preset="mae", cls_token=True).shape
         (197, 768)
     """
-    p = get_preset(preset)
-    enc = p.resolve(options, grid=True)
-    dims = grid_shape(shape, p.encoding.ndim)
-    pl = channel_plan(enc, dim, len(dims), p.label(options), channels)
+    preset_ = get_preset(preset)
+    encoding = preset_.resolve(options, grid=True)
+    dims = grid_shape(shape, preset_.encoding.ndim)
+    plan = channel_plan(encoding, dim, len(dims), preset_.label(options), channels)
     if is_torch(like) and device is None:
         device = like.device
-    return evaluate.grid(pl, enc, dims, dtype=dtype, device=device, like=like)
-
-
-def fairseq_positions(tokens: Any, padding_idx: int) -> Any:
-    """fairseq's ``make_positions``: ``padding_idx + 1, +2, …`` over non-pad tokens.
-
-    Pad tokens get ``padding_idx`` (which the ``fairseq`` preset maps to an all-zero row);
-    counting restarts on every row of a ``[batch, seq]`` input.
-
-    Examples:
-        >>> fairseq_positions([[5, 6, 7, 1, 1]], padding_idx=1).tolist()
-        [[2, 3, 4, 1, 1]]
-    """
-    padding_idx = check_int("padding_idx", padding_idx, minimum=None)
-    given = as_positions(tokens, "tokens")
-    t = given.values
-    if not given.integral:
-        raise PosencError(f"`tokens` must be integer token ids, got {t.dtype}")
-    mask = t != padding_idx
-    bk = backend_of(t)
-    return bk.cumsum(bk.astype(mask, bk.int64), axis=-1) * mask + padding_idx
+    return evaluate.grid(plan, encoding, dims, dtype=dtype, device=device, like=like)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-import posenc
+from posenc.api.sinusoidal import encode, grid, table
 from posenc.app import plots
 from posenc.app.files import atomic, need
 from posenc.errors import PosencError
@@ -46,7 +46,7 @@ def run(out_dir: Path, *, force: bool) -> int:
 
     ch = plots.channels("vaswani", 64, 1, {}, grid=False)
     dims = plots.spread(ch, 100)
-    pe = posenc.table(100, 64, dtype=np.float64)
+    pe = table(100, 64, dtype=np.float64)
     figs = {
         "curves.png": plots.curves(
             pe, dims, "vaswani, d=64, 100 positions", "posenc.table(100, 64)", ch=ch
@@ -57,7 +57,7 @@ def run(out_dir: Path, *, force: bool) -> int:
         f"periods {', '.join(f'{ch.period[d]:.1f}' for d in dims)} positions"
     )
 
-    heat = posenc.table(256, 128, preset="whisper", dtype=np.float64)
+    heat = table(256, 128, preset="whisper", dtype=np.float64)
     figs["heatmap.png"] = plots.heatmap(
         heat,
         "whisper, d=128, 256 positions",
@@ -67,11 +67,9 @@ def run(out_dir: Path, *, force: bool) -> int:
     lines.append("heatmap.png: Whisper's table, sines in channels 0-63 and cosines in 64-127")
 
     tables = {
-        "vaswani": posenc.table(512, 128, dtype=np.float64),
-        "whisper (tensor2tensor spacing)": posenc.table(
-            512, 128, preset="whisper", dtype=np.float64
-        ),
-        "vaswani with base=500": posenc.table(512, 128, base=500.0, dtype=np.float64),
+        "vaswani": table(512, 128, dtype=np.float64),
+        "whisper (tensor2tensor spacing)": table(512, 128, preset="whisper", dtype=np.float64),
+        "vaswani with base=500": table(512, 128, base=500.0, dtype=np.float64),
     }
     figs["similarity.png"] = plots.similarity(
         tables,
@@ -84,20 +82,20 @@ def run(out_dir: Path, *, force: bool) -> int:
         "100: " + "; ".join(f"{k} {v[10]:.3f} / {v[100]:.3f}" for k, v in sim.items())
     )
 
-    grid = posenc.grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
+    patches = grid((14, 14), 768, preset="mae", cls_token=True, dtype=np.float64)
     figs["patch.png"] = plots.patch_similarity(
-        grid,
+        patches,
         (14, 14),
         (7, 7),
         "mae, d=768, grid 14x14",
         "posenc.grid((14, 14), 768, preset='mae', cls_token=True)",
     )
-    body = grid[1:]
-    nb = plots.cosine(body, body[7 * 14 + 7])
+    body = patches[1:]
+    near = plots.cosine(body, body[7 * 14 + 7])
     lines.append(
         "patch.png: MAE 14x14 grid (d=768); cell (7,7) vs its right neighbour "
-        f"{nb[7 * 14 + 8]:.3f}, "
-        f"vs cell (7,13) {nb[7 * 14 + 13]:.3f}, vs corner (0,0) {nb[0]:.3f}"
+        f"{near[7 * 14 + 8]:.3f}, "
+        f"vs cell (7,13) {near[7 * 14 + 13]:.3f}, vs corner (0,0) {near[0]:.3f}"
     )
 
     starts = np.array([10, 100, 1_000, 10_000, 100_000, 1_000_000, 2**24 - 64])
@@ -109,7 +107,7 @@ def run(out_dir: Path, *, force: bool) -> int:
             float(np.abs(_float32_tutorial(positions, 512) - exact).max())
         )
         errors["posenc float32"].append(
-            float(np.abs(posenc.encode(positions, 512).astype(np.float64) - exact).max())
+            float(np.abs(encode(positions, 512).astype(np.float64) - exact).max())
         )
     figs["accuracy.png"] = plots.error_by_position(
         {k: (starts, np.array(v)) for k, v in errors.items()},

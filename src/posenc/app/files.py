@@ -14,7 +14,6 @@ import os
 import pickle
 import shutil
 import stat
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -128,11 +127,11 @@ def atomic(path: Path) -> Iterator[Path]:
 def write(path: Path, array: Any, fmt: str, name: str, meta: dict[str, Any]) -> None:
     """Write one table; ``array`` is NumPy, or torch for bfloat16."""
     writer: dict[str, Callable[[Path], None]] = {
-        "npy": lambda p: _npy(p, array),
-        "pt": lambda p: _pt(p, array, name),
-        "safetensors": lambda p: _safetensors(p, array, name, meta),
-        "csv": lambda p: _text(p, array, "csv", meta),
-        "json": lambda p: _text(p, array, "json", meta),
+        "npy": lambda tmp: _npy(tmp, array),
+        "pt": lambda tmp: _pt(tmp, array, name),
+        "safetensors": lambda tmp: _safetensors(tmp, array, name, meta),
+        "csv": lambda tmp: _text(tmp, array, "csv", meta),
+        "json": lambda tmp: _text(tmp, array, "json", meta),
     }
     with atomic(path) as tmp:
         writer[fmt](tmp)
@@ -144,19 +143,20 @@ def _npy(path: Path, array: np.ndarray) -> None:
 
 
 def _pt(path: Path, array: Any, name: str) -> None:
-    torch = need("torch", "torch", "writing .pt")
-    t = array if isinstance(array, torch.Tensor) else torch.from_numpy(array)
-    torch.save({name: t} if name else t, path)
+    need("torch", "torch", "writing .pt")
+    from posenc.torch.files import save_pt
+
+    save_pt(path, array, name)
 
 
 def _safetensors(path: Path, array: Any, name: str, meta: dict[str, Any]) -> None:
     info = {k: str(v) for k, v in meta.items()}
     if isinstance(array, np.ndarray):
-        st = need("safetensors.numpy", "io", "writing .safetensors")
-        st.save_file({name or "pe": np.ascontiguousarray(array)}, str(path), metadata=info)
+        safetensors = need("safetensors.numpy", "io", "writing .safetensors")
+        safetensors.save_file({name or "pe": np.ascontiguousarray(array)}, str(path), metadata=info)
     else:
-        st = need("safetensors.torch", "io", "writing .safetensors")
-        st.save_file({name or "pe": array.contiguous()}, str(path), metadata=info)
+        safetensors = need("safetensors.torch", "io", "writing .safetensors")
+        safetensors.save_file({name or "pe": array.contiguous()}, str(path), metadata=info)
 
 
 def _as_float64(array: Any) -> np.ndarray:
@@ -268,13 +268,10 @@ def _load_npz(path: Path) -> dict[str, Any]:
 
 
 def _load_pt(path: Path) -> dict[str, Any]:
-    torch = need("torch", "torch", "reading .pt")
-    rebuild = np.zeros(1).__reduce__()[0]  # how pickle rebuilds an ndarray, on any NumPy
-    arrays = [rebuild, np.ndarray, np.dtype]  # so NumPy arrays inside a .pt load too
-    arrays += [getattr(np.dtypes, n) for n in dir(np.dtypes) if n.endswith("DType")]
-    with torch.serialization.safe_globals(arrays):
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    return _flatten(obj, torch)
+    need("torch", "torch", "reading .pt")
+    from posenc.torch.files import load_pt
+
+    return load_pt(path)
 
 
 def _load_st(path: Path) -> dict[str, Any]:
@@ -290,32 +287,14 @@ def _load_st(path: Path) -> dict[str, Any]:
             return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
 
 
-def _flatten(obj: Any, torch: Any, prefix: str = "") -> dict[str, Any]:
-    """Every tensor or array in nested dicts, lists and tuples, by dotted name."""
-    if isinstance(obj, (torch.Tensor, np.ndarray)):
-        return {prefix: obj}
-    items: Any = obj.items() if isinstance(obj, dict) else ()
-    if isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    out: dict[str, Any] = {}
-    for k, v in items:
-        out.update(_flatten(v, torch, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
 def _real_dtype(value: Any, where: str) -> str:
     """The dtype's name, if it holds real numbers (floating or integer) in a dense layout."""
     if isinstance(value, np.ndarray):
         ok, name = value.dtype.kind in "fiu", str(value.dtype)
-    else:
-        torch, dt = sys.modules["torch"], value.dtype  # only torch.load made this value
-        name = str(dt).replace("torch.", "")
-        ok = (
-            value.layout == torch.strided
-            and not value.is_quantized
-            and not dt.is_complex
-            and dt != torch.bool
-        )
+    else:  # only a .pt or a bfloat16 .safetensors made this value: torch is loaded
+        from posenc.torch.files import real_dtype
+
+        ok, name = real_dtype(value)
     if not ok:
         raise PosencError(f"the table {where} must hold real numbers, got {name}")
     return name

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from posenc.app.files import need
-from posenc.spec.layout import ZERO, plan
+from posenc.spec import layout
+from posenc.spec.layout import ZERO
 from posenc.spec.presets import get_preset
 
 STYLE = {
@@ -115,20 +116,20 @@ class Channels:
 def channels(preset: str, dim: int, ndim: int, options: dict[str, Any], *, grid: bool) -> Channels:
     """What each channel of ``preset`` at width ``dim`` holds, from the same layout plan the
     tables are computed with."""
-    enc = get_preset(preset).resolve(options, grid=grid)
-    pl = plan(enc, dim, ndim, repr(preset))
+    encoding = get_preset(preset).resolve(options, grid=grid)
+    plan = layout.plan(encoding, dim, ndim, repr(preset))
     kinds, axes, periods = [], [], []
-    for s in pl.src.tolist():
+    for s in plan.src.tolist():
         if s >= 0:
             u = s // 2
             kinds.append("cos" if s % 2 else "sin")
-            axes.append(int(pl.axis[u]))
-            periods.append(2 * np.pi / abs(float(pl.omega[u]) * enc.scale))
+            axes.append(int(plan.axis[u]))
+            periods.append(2 * np.pi / abs(float(plan.omega[u]) * encoding.scale))
         else:
             kinds.append("zero" if s == ZERO else "x")
             axes.append(-1 if s == ZERO else -2 - s)
             periods.append(float("inf"))
-    return Channels(tuple(kinds), tuple(axes), tuple(periods), enc.tokens)
+    return Channels(tuple(kinds), tuple(axes), tuple(periods), encoding.tokens)
 
 
 def axis_name(axis: int, ndim: int) -> str:

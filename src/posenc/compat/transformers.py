@@ -6,14 +6,14 @@ frequencies of each ``rope_type`` (``modeling_rope_utils.py`` and the models'
 ``compute_default_rope_parameters``), then ``ids.float()[..., None] * inv_freq``, ``cos`` and
 ``sin``, ``* attention_factor`` as a Python float, the layout, ``.to(dtype)``. Every step is
 elementwise, so merging multimodal sections or duplicating halves before or after ``cos``
-gives the same bits. The rules' parameters and validation are those of
-:mod:`posenc.spec.scaling`; only the arithmetic is here. These numbers are not exact (float32
-angles drift with the position): :func:`posenc.rope` without ``compat`` is.
+gives the same bits. The rules' parameters, validation and float32 inverse frequencies are
+those of :mod:`posenc.spec.scaling` (each :class:`~posenc.spec.scaling.Rule` replays
+transformers' ops with the torch module passed in); the rest is here. These numbers are not
+exact (float32 angles drift with the position): :func:`posenc.rope` without ``compat`` is.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,75 +22,15 @@ import torch
 from posenc.errors import PosencError, show
 from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
 from posenc.evaluate.positions import Positions
+from posenc.spec import scaling as _scaling
 from posenc.spec.rotary import LAYOUTS, Rotary, section_axes
-from posenc.spec.scaling import (
-    longrope_attention,
-    longrope_long,
-    yarn_attention,
-    yarn_factor,
-    yarn_range,
-)
 
 
 def inv_freq(r: Rotary, seq_len: int | None, device: Any = None) -> tuple[Any, float]:
     """transformers' float32 inverse frequencies and attention factor for this rule, as a
-    freshly built rotary module holds them for a sequence of ``seq_len``."""
-    d, base, p = r.dim, r.base, r.scaling.p
-    kind = r.scaling.rope_type
-
-    def default(b: Any = base) -> Any:
-        exponent = torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d
-        return 1.0 / (b**exponent)
-
-    if kind == "default":
-        return default(), 1.0
-    if kind == "linear":
-        out = default()
-        out /= p["factor"]
-        return out, 1.0
-    if kind == "dynamic":
-        f, length = p["factor"], p["max_position_embeddings"]
-        if seq_len is not None and seq_len > length:  # the module's update: tensor arithmetic
-            s = torch.maximum(
-                torch.tensor(seq_len, device=device), torch.tensor(length, device=device)
-            )
-            return default(base * ((f * s / length) - (f - 1)) ** (d / (d - 2))), 1.0
-        return default(base * ((f * length / length) - (f - 1)) ** (d / (d - 2))), 1.0
-    if kind == "yarn":
-        f = yarn_factor(p)
-        pos_freqs = base ** (torch.arange(0, d, 2, device=device).float() / d)
-        extrapolation = 1.0 / pos_freqs
-        interpolation = 1.0 / (f * pos_freqs)
-        lo, hi = yarn_range(p, d, base)
-        ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1)
-        keep = (1 - ramp).to(device=device, dtype=torch.float)
-        return interpolation * (1 - keep) + extrapolation * keep, yarn_attention(p)
-    if kind == "longrope":
-        key = "long_factor" if longrope_long(p, seq_len) else "short_factor"
-        ext = torch.tensor(p[key], dtype=torch.float32, device=device)
-        shape = torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d
-        return 1.0 / (ext * base**shape), longrope_attention(p)
-    if kind == "llama3":
-        out = default()
-        f, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
-        length = p["original_max_position_embeddings"]
-        low_wavelength, high_wavelength = length / low, length / high
-        wavelength = 2 * math.pi / out
-        scaled = torch.where(wavelength > low_wavelength, out / f, out)
-        smooth = (length / wavelength - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / f + smooth * scaled
-        medium = ~(wavelength < high_wavelength) * ~(wavelength > low_wavelength)
-        return torch.where(medium, smoothed, scaled), 1.0
-    if kind == "proportional":
-        rotated = int(p["partial_rotary_factor"] * d // 2)
-        exponent = torch.arange(0, 2 * rotated, 2, dtype=torch.int64, device=device).float() / d
-        out = 1.0 / (base**exponent)
-        if d // 2 > rotated:
-            zeros = torch.zeros(d // 2 - rotated, dtype=torch.float32, device=device)
-            out = torch.cat((out, zeros), dim=0)
-        out /= p["factor"]
-        return out, 1.0
-    raise PosencError(f"no transformers arithmetic for rope_type {kind!r}")  # pragma: no cover
+    freshly built rotary module holds them for a sequence of ``seq_len``: the rule's own
+    float32 arithmetic (:attr:`posenc.spec.scaling.Rule.float32`), run with torch."""
+    return r.scaling.rule.float32(torch, r.scaling.p, r.dim, r.base, seq_len, device)
 
 
 def rope(r: Rotary, pos: Positions, seq_len: int | None, dtype: Any) -> tuple[Any, Any]:
@@ -193,29 +133,31 @@ def read_config(config: Any) -> HfRotary:
         )
     if "rope_theta" not in rp:
         raise PosencError(f"`config.rope_parameters['rope_theta']` is missing ({model_type})")
-    kind = rp.get("rope_type", rp.get("type", "default"))
+    kind = rp.get("rope_type", rp.get("type", _scaling.DEFAULT))
+    rule = (
+        _scaling.RULES.get(kind) if isinstance(kind, str) else None
+    )  # None: rotary() names the error
+    scaled = rule is None or not rule.unscaled
     head_dim = getattr(config, "head_dim", None)
     if head_dim is None:
         hidden = _field(config, "hidden_size", model_type)
         head_dim = hidden // _field(config, "num_attention_heads", model_type)
-    factor = rp.get("partial_rotary_factor", 1.0) if family.partial or kind != "default" else 1.0
+    factor = rp.get("partial_rotary_factor", 1.0) if family.partial or scaled else 1.0
     keywords: dict[str, Any] = {
         "dim": int(head_dim * factor),
         "base": rp["rope_theta"],
         "layout": family.form if family.form != "complex" else "compact",
     }
     longest = getattr(config, "max_position_embeddings", None)
-    if kind != "default":
+    if scaled:
         scaling = {k: v for k, v in rp.items() if k not in _NOT_SCALING}
         scaling["rope_type"] = kind
-        if kind in ("dynamic", "yarn", "longrope"):
-            if longest is None and kind == "dynamic":
-                raise PosencError(f"`config.max_position_embeddings` is missing ({model_type})")
-            scaling.setdefault("max_position_embeddings", longest)
-        if kind == "longrope" and "original_max_position_embeddings" not in scaling:
-            scaling["original_max_position_embeddings"] = _field(
-                config, "original_max_position_embeddings", model_type
-            )
+        if rule is not None and rule.remembers_length and longest is None:
+            raise PosencError(f"`config.max_position_embeddings` is missing ({model_type})")
+        for name, needed in rule.from_config.items() if rule is not None else ():
+            if name not in scaling:  # the dict's own value wins
+                value = _field(config, name, model_type) if needed else getattr(config, name, None)
+                scaling[name] = value
         keywords["scaling"] = scaling
     if family.sections is not None:
         keywords["sections"] = tuple(rp.get("mrope_section", family.sections))

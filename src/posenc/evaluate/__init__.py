@@ -255,7 +255,14 @@ GRID_POSITIONS = "the grid positions (`shape` and the preset's scaling options)"
 
 
 def detr(plan: Plan, enc: Encoding, mask: Any, *, dtype: Any, on_device: bool = False) -> Any:
-    """The evaluation half of ``posenc.detr``: ``mask`` ``[B, H, W]`` -> ``[B, dim, H, W]``."""
+    """The evaluation half of ``posenc.detr``: ``mask`` ``[B, H, W]`` -> ``[B, dim, H, W]``.
+    A library without float64 (JAX without x64) gets NumPy's coordinates and bits, returned
+    in the library, as :class:`HostEngine` does for positions."""
+    if array_namespace(mask) is not None:
+        library = backend_for(dtype, like=mask)
+        if not library.has_float64 and library.concrete(mask):
+            host = detr(plan, enc, np.asarray(mask), dtype=np.dtype(library.dtype))
+            return library.from_numpy(host)
     coords = detr_coordinates(mask, enc.normalize)
     b, h, w = coords.shape[:3]
     ev = evaluator(like=coords, dtype=dtype, on_device=on_device)

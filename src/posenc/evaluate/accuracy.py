@@ -21,7 +21,7 @@ ANGLE_LIMIT = float(1 << 27)
 
 
 def check_angles(
-    largest: float, bound: float | None, what: str, *, exact: bool, who: str = ""
+    largest: float, bound: float | None, what: str, *, exact: bool, label: str = ""
 ) -> None:
     """The accuracy rule: ``bound * largest`` (the largest frequency) stays below
     ``ANGLE_LIMIT`` (finite for power-of-two frequencies, whose products are exact). Plain
@@ -38,7 +38,7 @@ def check_angles(
         )
         raise PosencError(
             f"{what} must keep |position| x frequency within {rule}: positions reach {bound:.6g} "
-            f"and the largest frequency{' of preset ' + who if who else ''} is {largest:.6g}, "
+            f"and the largest frequency{' of preset ' + label if label else ''} is {largest:.6g}, "
             f"an angle of {angle:.6g}"
         )
 
@@ -65,7 +65,7 @@ def check_plan(
     known on the host), and included inputs (NeRF) that the output dtype (whose largest
     finite value is ``largest``) can hold."""
     c = plan.constants
-    check_angles(c.largest, bound, what, exact=c.exact, who=plan.who)
+    check_angles(c.largest, bound, what, exact=c.exact, label=plan.label)
     if float32_only:
         check_float32_only(c.largest, bound, what)
     if c.identities and bound is not None and bound > largest:

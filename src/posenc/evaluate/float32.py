@@ -101,14 +101,14 @@ def constants(omega: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
     return tuple(zip(*rows, strict=True)) if rows else ((),) * 9
 
 
-def _wrapped(ops: Backend, t: Any) -> Any:
+def _wrapped(backend: Backend, t: Any) -> Any:
     """``t`` turns with whole turns dropped: at most 1/2, exact for any float."""
-    return t - ops.round(t)
+    return t - backend.round(t)
 
 
-def _split(ops: Backend, v: Any) -> tuple[Any, Any]:
+def _split(backend: Backend, v: Any) -> tuple[Any, Any]:
     """``v = v1 + v2``, ``v1`` the nearest multiple of 2^-12, ``|v2| <= 2^-13``: both exact."""
-    v1 = ops.round(v * SPLIT) * (1.0 / SPLIT)
+    v1 = backend.round(v * SPLIT) * (1.0 / SPLIT)
     return v1, v - v1
 
 
@@ -126,7 +126,7 @@ def _phases(phase: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
 
 
 def sincos(
-    ops: Backend,
+    backend: Backend,
     x: Any,
     omega: tuple[float, ...],
     phase: tuple[float, ...] | None = None,
@@ -135,28 +135,28 @@ def sincos(
     """``sin(x * w + phase), cos(x * w + phase)`` for float32 positions ``x`` ``[N, 1]`` (or
     ``[N, U]``) and frequencies ``w`` ``[U]``: ``[N, U]`` each, float32 throughout.
     ``integral``: every position is an integer (the fraction's terms are left out)."""
-    f32 = ops.float32
-    a1, a2, a3, w1, w2, w3, t1, t2, t3 = (ops.asarray(c, f32, x) for c in constants(omega))
-    i = x if integral else ops.floor(x + 0.5)  # the nearest integer, exact
-    h = ops.floor(i * (1.0 / SPLIT))
+    f32 = backend.float32
+    a1, a2, a3, w1, w2, w3, t1, t2, t3 = (backend.asarray(c, f32, x) for c in constants(omega))
+    i = x if integral else backend.floor(x + 0.5)  # the nearest integer, exact
+    h = backend.floor(i * (1.0 / SPLIT))
     lo = i - h * SPLIT
     coarse = h * a1 + lo * w1  # exact: multiples of 2^-12 below 4096
     fine = [h * a2, lo * w2]  # exact: multiples of 2^-23, at most 1/2
     rest = h * a3 + lo * w3
     if phase is not None:
-        q1, q2, q3 = (ops.asarray(c, f32, x) for c in _phases(phase))
+        q1, q2, q3 = (backend.asarray(c, f32, x) for c in _phases(phase))
         coarse, rest = coarse + q1, rest + q3  # still below 4096 (at most 4095.5 + 1/2)
         fine.append(q2)
-    turns = _wrapped(ops, coarse)
+    turns = _wrapped(backend, coarse)
     for term in fine:  # below 2 all along
         turns = turns + term
     if not integral:
-        f1, f2 = _split(ops, x - i)  # x - i exact, at most 1/2
-        turns, e1 = _two_sum(turns, _wrapped(ops, f1 * t1))  # f1 t1 exact (11 and 12 bits)
+        f1, f2 = _split(backend, x - i)  # x - i exact, at most 1/2
+        turns, e1 = _two_sum(turns, _wrapped(backend, f1 * t1))  # f1 t1 exact (11 and 12 bits)
         turns, e2 = _two_sum(turns, f1 * t2)  # exact too
         rest = rest + (e1 + e2) + (f1 * t3 + f2 * (t1 + t2 + t3))
-    turns = _wrapped(ops, turns)
-    head, tail = _split(ops, turns)
+    turns = _wrapped(backend, turns)
+    head, tail = _split(backend, turns)
     small = (tail * TWO_PI_HI + turns * TWO_PI_LO) + rest * TWO_PI_32  # < 5e-3 for integers
     theta = head * TWO_PI_HI + small  # an exact product: one rounding, in the sum
-    return ops.sin(theta), ops.cos(theta)
+    return backend.sin(theta), backend.cos(theta)

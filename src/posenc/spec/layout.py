@@ -14,14 +14,16 @@ different ``src``; the engine never branches on a convention. Channel sharding i
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
-from posenc.cache import BoundedCache, nbytes
+from posenc.cache import BoundedCache, derived, nbytes
 from posenc.errors import MAX_DIM, PosencError, check_int
 from posenc.spec.encoding import Encoding
 from posenc.spec.frequencies import denominator, frequencies
@@ -85,14 +87,27 @@ class PlanConstants:
 
 @dataclass(frozen=True, eq=False)
 class Plan:
+    """For every output channel, what it holds (see the module's docstring).
+
+    Plans are kept by their numbers alone (:data:`PLANS`); ``label`` names the preset and
+    the caller's options in messages, and each caller gets the kept plan under its own label
+    (:meth:`labelled`), sharing the arrays and everything computed from them."""
+
     dim: int
     ndim: int
     omega: np.ndarray  # float64 [U]
     axis: np.ndarray  # int64 [U]
     src: np.ndarray  # int64 [dim]
-    who: str = ""  # the preset and the caller's options, for messages
+    label: str = ""  # the preset and the caller's options, for messages
     amplitude: float = 1.0  # RoPE's attention factor: every sine and cosine is multiplied
     # by it in float64, before the one rounding
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)  # the @derived values
+
+    def labelled(self, label: str) -> Plan:
+        """This plan, named ``label`` in messages."""
+        if label == self.label:
+            return self
+        return dataclasses.replace(self, label=label, memo=self.memo)
 
     def select(self, channels: slice) -> Plan:
         """The plan of channels ``start:stop`` only, with the frequencies they use.
@@ -108,20 +123,20 @@ class Plan:
         src = src.copy()
         src[sincos] = 2 * remap[src[sincos] // 2] + src[sincos] % 2
         return Plan(
-            len(src), self.ndim, self.omega[used], self.axis[used], src, self.who, self.amplitude
+            len(src), self.ndim, self.omega[used], self.axis[used], src, self.label, self.amplitude
         )
 
-    @functools.cached_property
+    @derived
     def exact(self) -> bool:
         """Every frequency is a power of two (NeRF): ``x * w`` is exact in float64."""
         return bool(len(self.omega)) and bool((np.frexp(self.omega)[0] == 0.5).all())
 
-    @functools.cached_property
+    @derived
     def identities(self) -> bool:
         """Some channel holds a position itself (NeRF's included input)."""
         return bool((self.src <= -2).any())
 
-    @functools.cached_property
+    @derived
     def columns(self) -> np.ndarray:
         """For each channel, its column in the direct basis ``[sin u0, cos u0, …, 0, x_0, …]``
         (:mod:`posenc.evaluate.direct`)."""
@@ -129,7 +144,7 @@ class Plan:
         s = self.src
         return np.where(s >= 0, s, np.where(s == ZERO, 2 * u, 2 * u + 1 + (-2 - s)))
 
-    @functools.cached_property
+    @derived
     def axis_columns(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per axis: its frequencies ``us``, and for each channel its column in that axis's
         basis ``[sin, cos, …, 0, x_a]`` (other axes' channels take the zero column)."""
@@ -145,7 +160,7 @@ class Plan:
             out.append((us, cols))
         return tuple(out)
 
-    @functools.cached_property
+    @derived
     def constants(self) -> PlanConstants:
         """The arrays the direct formula needs, as Python tuples: constants of a traced graph
         (touch this before tracing, so a tracer only reads an attribute)."""
@@ -168,14 +183,14 @@ class Plan:
             self.identities,
             self.amplitude,
             "`positions` must keep |position| x frequency within angles below 2^27 rad (the "
-            f"largest frequency of preset {self.who} is {largest:.6g})",
+            f"largest frequency of preset {self.label} is {largest:.6g})",
         )
 
-    @functools.cached_property
+    @derived
     def zeros(self) -> tuple[int, ...]:
         return tuple(int(j) for j in np.flatnonzero(self.src == ZERO))
 
-    @functools.cached_property
+    @derived
     def axes(self) -> tuple[AxisPlan, ...]:
         out = []
         for a in range(self.ndim):
@@ -233,19 +248,19 @@ def _runs(pairs: list[tuple[int, int]]) -> tuple[Run, ...]:
 LOOKAHEAD = 8  # pairs a run's start looks through for its second pair
 
 
-def _block_widths(enc: Encoding, width: int, ndim: int, who: str, dim: int) -> list[int]:
+def _block_widths(enc: Encoding, width: int, ndim: int, label: str, dim: int) -> list[int]:
     """Channel width of each block (in channel order) out of ``width`` sin/cos channels."""
     if enc.widths == "exact":
         fractions = enc.fractions or (1.0 / ndim,) * ndim
         if len(fractions) != ndim:
-            raise PosencError(f"preset {who} has {len(fractions)} blocks but ndim={ndim}")
+            raise PosencError(f"preset {label} has {len(fractions)} blocks but ndim={ndim}")
         shares = [Fraction(f).limit_denominator(1000) for f in fractions]
         multiple = math.lcm(*[(Fraction(2) / s).numerator for s in shares])
         blocks = [width * s for s in shares]
         if any(b.denominator != 1 or b % 2 or b == 0 for b in blocks):
             extra = f" plus {ndim} (the included inputs)" if enc.include_input else ""
             raise PosencError(
-                f"`dim` must be a positive multiple of {multiple}{extra} for preset {who} "
+                f"`dim` must be a positive multiple of {multiple}{extra} for preset {label} "
                 f"({_describe_blocks(shares)}), got {dim}"
             )
         return [int(b) for b in blocks]
@@ -253,18 +268,18 @@ def _block_widths(enc: Encoding, width: int, ndim: int, who: str, dim: int) -> l
         n = width // (2 * ndim)
         if n == 0:
             raise PosencError(
-                f"`dim` must be at least {2 * ndim} for preset {who} "
+                f"`dim` must be at least {2 * ndim} for preset {label} "
                 f"(each of {ndim} axes needs one sin/cos pair), got {dim}"
             )
         return [2 * n] * ndim
     if enc.widths == "ceil":
         if width < 1:
-            raise PosencError(f"`dim` must be at least 1 for preset {who}, got {dim}")
+            raise PosencError(f"`dim` must be at least 1 for preset {label}, got {dim}")
         return [2 * math.ceil(width / (2 * ndim))] * ndim
     if ndim != 1:
-        raise PosencError(f"preset {who} splits one block and needs ndim=1, got {ndim}")
+        raise PosencError(f"preset {label} splits one block and needs ndim=1, got {ndim}")
     if width < 1:
-        raise PosencError(f"`dim` must be at least 1 for preset {who}, got {dim}")
+        raise PosencError(f"`dim` must be at least 1 for preset {label}, got {dim}")
     return [width]
 
 
@@ -283,18 +298,23 @@ def check_channels(channels: object, dim: int) -> slice | None:
         raise PosencError(f"`channels` must be a slice(start, stop) with step 1, got {channels!r}")
     start = 0 if channels.start is None else channels.start
     stop = dim if channels.stop is None else channels.stop
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop)) or not (
-        0 <= start <= stop <= dim
-    ):
+    for name, value in (("start", start), ("stop", stop)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise PosencError(
+                f"`channels.{name}` must be an integer (a slice(start, stop) of channels), "
+                f"got {value!r}"
+            )
+    start, stop = int(start), int(stop)  # NumPy and torch integers alike
+    if not 0 <= start <= stop <= dim:
         raise PosencError(
             f"`channels` must satisfy 0 <= start <= stop <= dim = {dim}, got {channels!r}"
         )
     return slice(start, stop)
 
 
-def channel_plan(enc: Encoding, dim: int, ndim: int, who: str, channels: object) -> Plan:
+def channel_plan(enc: Encoding, dim: int, ndim: int, label: str, channels: object) -> Plan:
     """``plan(...)``, restricted to ``channels`` when given."""
-    full = plan(enc, dim, ndim, who)
+    full = plan(enc, dim, ndim, label)
     picked = check_channels(channels, dim)
     return full if picked is None or picked == slice(0, dim) else full.select(picked)
 
@@ -302,25 +322,26 @@ def channel_plan(enc: Encoding, dim: int, ndim: int, who: str, channels: object)
 PLANS = BoundedCache(16 << 20)
 
 
-def plan(enc: Encoding, dim: int, ndim: int, who: str) -> Plan:
-    """The channel plan of ``enc`` at width ``dim`` over ``ndim`` position axes (kept, up to
-    16 MiB of plans)."""
+def plan(enc: Encoding, dim: int, ndim: int, label: str) -> Plan:
+    """The channel plan of ``enc`` at width ``dim`` over ``ndim`` position axes, named
+    ``label`` in messages (kept by its numbers, up to 16 MiB of plans)."""
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
-    return PLANS.get_or_make(
-        (enc, dim, ndim, who),
-        lambda: _build(enc, dim, ndim, who, hint=True),
+    kept = PLANS.get_or_make(
+        (enc, dim, ndim),
+        lambda: _build(enc, dim, ndim, label, hint=True),
         lambda p: nbytes(p.omega, p.axis, p.src),
     )
+    return kept.labelled(label)
 
 
-def _build(enc: Encoding, dim: int, ndim: int, who: str, *, hint: bool) -> Plan:
+def _build(enc: Encoding, dim: int, ndim: int, label: str, *, hint: bool) -> Plan:
     width = dim - (ndim if enc.include_input else 0)
     if width < 0:
         raise PosencError(
-            f"`dim` must be at least {ndim} for preset {who} (one included input per axis), "
+            f"`dim` must be at least {ndim} for preset {label} (one included input per axis), "
             f"got {dim}"
         )
-    widths = _block_widths(enc, width, ndim, who, dim)
+    widths = _block_widths(enc, width, ndim, label, dim)
     order = enc.axis_order or tuple(range(ndim))
     omegas: list[np.ndarray] = []
     counts: list[tuple[int, int]] = []  # (n_sin, n_cos) per block
@@ -331,9 +352,9 @@ def _build(enc: Encoding, dim: int, ndim: int, who: str, *, hint: bool) -> Plan:
         den = denominator(w, enc.shift, guard=enc.guard)
         if enc.spacing == "geometric" and not den > 0 and n_sin > 0:
             raise PosencError(
-                f"`dim` is too small for preset {who}: its spacing divides by "
+                f"`dim` is too small for preset {label}: its spacing divides by "
                 f"n - {enc.shift:g} for n frequencies per block, which must be > 0; "
-                f"dim={dim} gives n={n_sin}{_smallest(enc, dim, ndim, who) if hint else ''}"
+                f"dim={dim} gives n={n_sin}{_smallest(enc, dim, ndim, label) if hint else ''}"
             )
         omegas.append(
             frequencies(enc.spacing, n_sin, den=den, base=enc.base, min_timescale=enc.min_timescale)
@@ -376,14 +397,14 @@ def _build(enc: Encoding, dim: int, ndim: int, who: str, *, hint: bool) -> Plan:
         omega = np.concatenate(omegas) * enc.scale
     check_finite_frequencies(
         omega,
-        who,
+        label,
         f"dim={dim}, base={enc.base:g}, min_timescale={enc.min_timescale:g}, "
         f"shift={enc.shift:g}, scale={enc.scale:g}",
     )
-    return Plan(dim, ndim, omega, axis, np.asarray(src, dtype=np.int64), who)
+    return Plan(dim, ndim, omega, axis, np.asarray(src, dtype=np.int64), label)
 
 
-def _smallest(enc: Encoding, dim: int, ndim: int, who: str) -> str:
+def _smallest(enc: Encoding, dim: int, ndim: int, label: str) -> str:
     """``; the smallest width it takes is D`` when one is found close above ``dim``.
 
     The search starts where a block is wide enough for the spacing's shift (a block of ``w``
@@ -395,17 +416,17 @@ def _smallest(enc: Encoding, dim: int, ndim: int, who: str) -> str:
     first = max(dim + 1, math.floor(2 * max(enc.shift, 0.0) / share) + inputs - 2)
     for d in range(first, min(first + 16 * ndim + 16, MAX_DIM + 1)):
         try:
-            _build(enc, d, ndim, who, hint=False)
+            _build(enc, d, ndim, label, hint=False)
         except PosencError:
             continue
         return f"; the smallest width it takes is {d}"
     return ""
 
 
-def check_finite_frequencies(omega: np.ndarray, who: str, detail: str) -> None:
+def check_finite_frequencies(omega: np.ndarray, label: str, detail: str) -> None:
     """Frequencies that overflow (or are NaN) come from options out of range."""
     if len(omega) and not np.isfinite(omega).all():
         raise PosencError(
-            f"the frequencies of preset {who} overflow for {detail}: choose options whose "
+            f"the frequencies of preset {label} overflow for {detail}: choose options whose "
             "frequencies are finite"
         )

@@ -76,14 +76,17 @@ class Rotary:
         """Channels of each of the cos and sin tables."""
         return self.dim // 2 if self.layout == "compact" else self.dim
 
-    def plan(self, seq_len: int | None, who: str = "rope") -> Plan:
+    def plan(self, seq_len: int | None, label: str = "rope") -> Plan:
         """The plan of ``[cos | sin]`` (``2 * width`` channels) at this sequence length (which
-        only the ``dynamic`` and ``longrope`` rules read)."""
-        key = (self, self.scaling.phase(seq_len), who)
-        return PLANS.get_or_make(key, lambda: _plan(*key), lambda p: nbytes(p.omega, p.axis, p.src))
+        only the ``dynamic`` and ``longrope`` rules read), named ``label`` in messages."""
+        key = (self, self.scaling.phase(seq_len))
+        kept = PLANS.get_or_make(
+            key, lambda: _plan(*key, label), lambda p: nbytes(p.omega, p.axis, p.src)
+        )
+        return kept.labelled(label)
 
 
-def _plan(r: Rotary, seq_len: int | None, who: str) -> Plan:
+def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
     if r.axes_dim is not None:
         for k, dk in enumerate(r.axes_dim):
@@ -102,7 +105,7 @@ def _plan(r: Rotary, seq_len: int | None, who: str) -> Plan:
     src = np.concatenate([2 * cols + 1, 2 * cols])  # cosines, then sines
     omega = np.concatenate([b[0] for b in blocks])
     axis = np.concatenate([b[1] for b in blocks]).astype(np.int64)
-    return Plan(len(src), r.ndim, omega, axis, src, who, factor)
+    return Plan(len(src), r.ndim, omega, axis, src, label, factor)
 
 
 def section_axes(r: Rotary) -> np.ndarray:

@@ -4,17 +4,16 @@ Each rule of transformers 5.x (``rope_type``) is a small float64 function of val
 parameters: it takes the rotary width ``d``, the base and the sequence length, and returns the
 ``d / 2`` angular frequencies and the attention factor that multiplies cos and sin. The keys a
 rule takes, their defaults and their rules are data (:data:`RULES`), checked before any work,
-with errors that name the key (transformers only logs bad values).
-
-The float32 arithmetic transformers itself does for the same rules lives apart, in
-:mod:`posenc.compat.transformers`; this module is the exact definition.
+with errors that name the key (transformers only logs bad values). A :class:`Rule` also
+carries transformers' float32 arithmetic and all else posenc asks of the rule: a rule is one
+entry of :data:`RULES`, and rope_type names are compared nowhere else.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,18 +34,6 @@ def _length(name: str, v: Any) -> int:
     return check_int(name, v, minimum=1)
 
 
-def _beta(name: str, v: Any) -> float | None:
-    return None if v is None or v == 0 else _positive(name, v)  # transformers: `or` default
-
-
-def _optional_positive(name: str, v: Any) -> float | None:
-    return None if v is None else _positive(name, v)
-
-
-def _optional_real(name: str, v: Any) -> float | None:
-    return None if v is None else check_real(name, v)
-
-
 def _factors(name: str, v: Any) -> tuple[float, ...]:
     if not isinstance(v, list | tuple) or not v:
         raise PosencError(f"`{name}` must be a list of positive numbers, got {show(v)}")
@@ -62,13 +49,43 @@ def _fraction(name: str, v: Any) -> float:
 
 @dataclass(frozen=True)
 class Rule:
-    """One ``rope_type``: the keys it requires, the optional ones with their defaults, and
-    its float64 frequencies ``(params, d, base, seq_len) -> (omega [d/2], attention factor)``."""
+    """One ``rope_type``: everything posenc knows of it.
+
+    Attributes:
+        required: the keys it requires; ``optional``: the others, with their defaults.
+        evaluate: its exact float64 frequencies
+            ``(params, d, base, seq_len) -> (omega [d/2], attention factor)``.
+        float32: ``(xp, params, d, base, seq_len, device) -> (inv_freq [d/2] float32,
+            attention factor)``: the original's (transformers') float32 arithmetic, replayed
+            op for op in its order with the torch module :mod:`posenc.compat.transformers`
+            passes in as ``xp`` (the originals' tensor library), so its bits are theirs.
+        phase: ``(params, seq_len)`` -> the part of the length the frequencies depend on
+            (:meth:`Scaling.phase`), for the rules that read it; None: they do not.
+        requires_factor: ``factor`` may not be None; ``check``: further checks of the params.
+        from_config: the config fields a transformers dict lacking them is completed from
+            (``from_hf``), each with whether the config must then have it.
+        remembers_length: transformers' module keeps the longest length seen, from
+            ``config.max_position_embeddings`` on (which ``from_hf`` then requires).
+        switches_tables: two tables, chosen by the length (short up to the original one).
+        unscaled: no scaling (the model's own default function; a config has no dict for it).
+    """
 
     required: tuple[str, ...]
     optional: Mapping[str, Any]
     evaluate: Callable[[Params, int, float, int | None], tuple[np.ndarray, float]]
-    uses_seq_len: bool = False
+    float32: Callable[[Any, Params, int, float, int | None, Any], tuple[Any, float]]
+    phase: Callable[[Params, int], int | None] | None = None
+    requires_factor: bool = False
+    check: Callable[[Params], object] | None = None
+    from_config: Mapping[str, bool] = field(default_factory=dict)
+    remembers_length: bool = False
+    switches_tables: bool = False
+    unscaled: bool = False
+
+    @property
+    def uses_seq_len(self) -> bool:
+        """The frequencies read the sequence length."""
+        return self.phase is not None
 
 
 def paper(d: int, base: float) -> np.ndarray:
@@ -76,25 +93,35 @@ def paper(d: int, base: float) -> np.ndarray:
     return frequencies("geometric", d // 2, den=d / 2, base=base)
 
 
-def _default(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    return paper(d, base), 1.0
+def paper32(xp: Any, d: int, base: Any, device: Any) -> Any:
+    """transformers' float32 ``1 / base ** (arange(0, d, 2) / d)`` (``base``: maybe a tensor)."""
+    exponent = xp.arange(0, d, 2, dtype=xp.int64, device=device).float() / d
+    return 1.0 / (base**exponent)
 
 
-def _linear(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    return paper(d, base) / p["factor"], 1.0
-
-
-def dynamic_base(p: Params, d: int, base: float, seq_len: int | None) -> float:
-    """NTK-aware base for a sequence of ``seq_len``: unchanged up to the original length."""
-    length = p["max_position_embeddings"]
-    s = max(seq_len or length, length)
-    f = p["factor"]
-    out: float = base * ((f * s / length) - (f - 1)) ** (d / (d - 2))
-    return out
+def _linear32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
+    out = paper32(xp, d, base, device)
+    out /= p["factor"]
+    return out, 1.0
 
 
 def _dynamic(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    return paper(d, dynamic_base(p, d, base, seq_len)), 1.0
+    """The paper's frequencies for the NTK-aware base, which grows past the original length."""
+    if d < 4:
+        raise PosencError(
+            f"`dim` must be at least 4 for dynamic scaling (its exponent is d / (d - 2)), got {d}"
+        )
+    length, f = p["max_position_embeddings"], p["factor"]
+    s = max(seq_len or length, length)
+    return paper(d, base * ((f * s / length) - (f - 1)) ** (d / (d - 2))), 1.0
+
+
+def _dynamic32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
+    f, length = p["factor"], p["max_position_embeddings"]
+    if seq_len is not None and seq_len > length:  # the module's update: tensor arithmetic
+        s = xp.maximum(xp.tensor(seq_len, device=device), xp.tensor(length, device=device))
+        return paper32(xp, d, base * ((f * s / length) - (f - 1)) ** (d / (d - 2)), device), 1.0
+    return paper32(xp, d, base * ((f * length / length) - (f - 1)) ** (d / (d - 2)), device), 1.0
 
 
 def mscale(scale: float, m: float = 1.0) -> float:
@@ -111,8 +138,7 @@ def yarn_factor(p: Params) -> float:
             "`scaling['factor']` is required (or `max_position_embeddings`, from which "
             "factor = max_position_embeddings / original_max_position_embeddings)"
         )
-    factor: float = p["max_position_embeddings"] / p["original_max_position_embeddings"]
-    return factor
+    return float(p["max_position_embeddings"] / p["original_max_position_embeddings"])
 
 
 def yarn_attention(p: Params) -> float:
@@ -148,6 +174,17 @@ def _yarn(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarr
     return (w / yarn_factor(p)) * ramp + w * (1.0 - ramp), yarn_attention(p)
 
 
+def _yarn32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
+    f = yarn_factor(p)
+    pos_freqs = base ** (xp.arange(0, d, 2, device=device).float() / d)
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (f * pos_freqs)
+    lo, hi = yarn_range(p, d, base)
+    ramp = xp.clamp((xp.arange(d // 2, dtype=xp.float32) - lo) / (hi - lo), 0, 1)
+    keep = (1 - ramp).to(device=device, dtype=xp.float32)
+    return interpolation * (1 - keep) + extrapolation * keep, yarn_attention(p)
+
+
 def longrope_long(p: Params, seq_len: int | None) -> bool:
     """Long factors apply past the original length (strictly: ``seq_len = L`` is short)."""
     return seq_len is not None and seq_len > p["original_max_position_embeddings"]
@@ -162,6 +199,13 @@ def _longrope(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.n
             )
     ext = np.asarray(p["long_factor" if longrope_long(p, seq_len) else "short_factor"])
     return paper(d, base) / ext, longrope_attention(p)
+
+
+def _longrope32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
+    key = "long_factor" if longrope_long(p, seq_len) else "short_factor"
+    ext = xp.tensor(p[key], dtype=xp.float32, device=device)
+    shape = xp.arange(0, d, 2, dtype=xp.int64, device=device).float() / d
+    return 1.0 / (ext * base**shape), longrope_attention(p)
 
 
 def longrope_attention(p: Params) -> float:
@@ -183,6 +227,27 @@ def _llama3(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.nda
     return np.where(medium, (1 - smooth) * w / f + smooth * w, out), 1.0
 
 
+def _llama3_32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
+    out = paper32(xp, d, base, device)
+    f, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
+    length = p["original_max_position_embeddings"]
+    low_wavelength, high_wavelength = length / low, length / high
+    wavelength = 2 * math.pi / out
+    scaled = xp.where(wavelength > low_wavelength, out / f, out)
+    smooth = (length / wavelength - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / f + smooth * scaled
+    medium = ~(wavelength < high_wavelength) * ~(wavelength > low_wavelength)
+    return xp.where(medium, smoothed, scaled), 1.0
+
+
+def _llama3_check(p: Params) -> None:
+    if not p["low_freq_factor"] < p["high_freq_factor"]:
+        raise PosencError(
+            "`scaling['low_freq_factor']` must be below `scaling['high_freq_factor']`, got "
+            f"{p['low_freq_factor']:g} and {p['high_freq_factor']:g}"
+        )
+
+
 def _proportional(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
     rotated = int(p["partial_rotary_factor"] * d // 2)
     w = np.zeros(d // 2)
@@ -190,53 +255,69 @@ def _proportional(p: Params, d: int, base: float, seq_len: int | None) -> tuple[
     return w / p["factor"], 1.0
 
 
-_YARN_OPTIONAL = {
-    "factor": None,
-    "attention_factor": None,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "mscale": None,
-    "mscale_all_dim": None,
-    "truncate": True,
-    "max_position_embeddings": None,
-}
+def _prop32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
+    rotated = int(p["partial_rotary_factor"] * d // 2)
+    exponent = xp.arange(0, 2 * rotated, 2, dtype=xp.int64, device=device).float() / d
+    out = 1.0 / (base**exponent)
+    if d // 2 > rotated:
+        zeros = xp.zeros(d // 2 - rotated, dtype=xp.float32, device=device)
+        out = xp.cat((out, zeros), dim=0)
+    out /= p["factor"]
+    return out, 1.0
+
+
+_YARN_OPTIONAL = {"factor": None, "attention_factor": None, "beta_fast": 32.0, "beta_slow": 1.0,
+                  "mscale": None, "mscale_all_dim": None, "truncate": True,
+                  "max_position_embeddings": None}  # fmt: skip
+_LONGEST = {"max_position_embeddings": False}  # completed from the config, when it has it
 
 RULES: dict[str, Rule] = {
-    "default": Rule((), {}, _default),
-    "linear": Rule(("factor",), {}, _linear),
-    "dynamic": Rule(("factor", "max_position_embeddings"), {}, _dynamic, uses_seq_len=True),
-    "yarn": Rule(("original_max_position_embeddings",), _YARN_OPTIONAL, _yarn),
+    "default": Rule((), {}, lambda p, d, base, n: (paper(d, base), 1.0),
+                    lambda xp, p, d, base, n, dev: (paper32(xp, d, base, dev), 1.0), unscaled=True),
+    "linear": Rule(("factor",), {}, lambda p, d, base, n: (paper(d, base) / p["factor"], 1.0),
+                   _linear32, requires_factor=True),
+    "dynamic": Rule(
+        ("factor", "max_position_embeddings"), {}, _dynamic, _dynamic32,
+        lambda p, n: n if n > p["max_position_embeddings"] else None,
+        requires_factor=True, from_config=_LONGEST, remembers_length=True,
+    ),
+    "yarn": Rule(
+        ("original_max_position_embeddings",), _YARN_OPTIONAL, _yarn, _yarn32,
+        check=yarn_factor, from_config=_LONGEST,  # factor, or the lengths it follows from
+    ),
     "longrope": Rule(
         ("short_factor", "long_factor", "original_max_position_embeddings"),
         {"factor": None, "attention_factor": None, "max_position_embeddings": None},
-        _longrope,
-        uses_seq_len=True,
+        _longrope, _longrope32, check=yarn_factor, switches_tables=True,
+        phase=lambda p, n: p["original_max_position_embeddings"] + 1 if longrope_long(p, n)
+        else None,
+        from_config={**_LONGEST, "original_max_position_embeddings": True},
     ),
     "llama3": Rule(
         ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-        {},
-        _llama3,
+        {}, _llama3, _llama3_32, requires_factor=True, check=_llama3_check,
     ),
-    "proportional": Rule(("partial_rotary_factor",), {"factor": 1.0}, _proportional),
-}
-"""Every ``rope_type`` of transformers 5.x: its keys and its frequencies."""
+    "proportional": Rule(("partial_rotary_factor",), {"factor": 1.0}, _proportional,
+                         _prop32),
+}  # fmt: skip
+"""Every ``rope_type`` of transformers 5.x: all there is to know of it (see :class:`Rule`)."""
+
+DEFAULT = "default"
+"""The ``rope_type`` of a dict (or config) that names none."""
 
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "factor": _optional_positive,
+    **dict.fromkeys(("factor", "attention_factor"),
+                    lambda n, v: None if v is None else _positive(n, v)),
+    **dict.fromkeys(("mscale", "mscale_all_dim"),
+                    lambda n, v: None if v is None else check_real(n, v)),
     "max_position_embeddings": lambda n, v: None if v is None else _length(n, v),
-    "original_max_position_embeddings": _length,
-    "attention_factor": _optional_positive,
-    "beta_fast": _beta,
-    "beta_slow": _beta,
-    "mscale": _optional_real,
-    "mscale_all_dim": _optional_real,
-    "truncate": check_bool,
-    "short_factor": _factors,
-    "long_factor": _factors,
-    "low_freq_factor": _positive,
-    "high_freq_factor": _positive,
+    **dict.fromkeys(("beta_fast", "beta_slow"),  # 0: transformers' `or` takes the default
+                    lambda n, v: None if v is None or v == 0 else _positive(n, v)),
+    "original_max_position_embeddings": _length, "truncate": check_bool,
+    "short_factor": _factors, "long_factor": _factors,
+    "low_freq_factor": _positive, "high_freq_factor": _positive,
     "partial_rotary_factor": _fraction,
-}
+}  # fmt: skip
 
 SHARED = ("rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section",
           "mrope_interleaved", "max_position_embeddings")  # fmt: skip
@@ -257,6 +338,11 @@ class Scaling:
         return RULES[self.rope_type]
 
     @property
+    def is_default(self) -> bool:
+        """No ``rope_type`` (or ``"default"``): the paper's frequencies, nothing to show."""
+        return self.rope_type == DEFAULT
+
+    @property
     def p(self) -> Params:
         return dict(self.params)
 
@@ -264,21 +350,11 @@ class Scaling:
         """The part of ``seq_len`` the frequencies depend on: None up to the rule's original
         length (and for rules that ignore it), one value for every longer sequence under
         ``longrope``, the length itself under ``dynamic``. Equal phases, equal tables."""
-        if not self.rule.uses_seq_len or seq_len is None:
-            return None
-        p = self.p
-        if self.rope_type == "longrope":
-            length = p["original_max_position_embeddings"]
-            return length + 1 if seq_len > length else None
-        return seq_len if seq_len > p["max_position_embeddings"] else None
+        phase = self.rule.phase
+        return None if phase is None or seq_len is None else phase(self.p, seq_len)
 
     def frequencies(self, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
         """``(omega [d/2] float64, attention factor)`` for rotary width ``d``."""
-        if self.rope_type == "dynamic" and d < 4:
-            raise PosencError(
-                f"`dim` must be at least 4 for dynamic scaling (its exponent is d / (d - 2)), "
-                f"got {d}"
-            )
         return self.rule.evaluate(self.p, d, base, seq_len)
 
 
@@ -286,7 +362,7 @@ def parse_scaling(scaling: Any) -> Scaling:
     """``scaling`` (an HF rope-parameters dict, or None) validated: unknown ``rope_type``,
     missing or invalid keys and keys the rule does not take are errors naming the key."""
     if scaling is None:
-        return Scaling("default", (), ())
+        return Scaling(DEFAULT, (), ())
     if not isinstance(scaling, Mapping):
         raise PosencError(
             f"`scaling` must be a dict of rope parameters such as {{'rope_type': 'linear', "
@@ -295,7 +371,7 @@ def parse_scaling(scaling: Any) -> Scaling:
     for key in scaling:
         if not isinstance(key, str):
             raise PosencError(f"`scaling` keys must be strings, got {show(key)}")
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    kind = scaling.get("rope_type", scaling.get("type", DEFAULT))
     if "rope_type" in scaling and "type" in scaling and scaling["type"] != kind:
         raise PosencError(
             f"`scaling['type']` ({show(scaling['type'])}) disagrees with `scaling['rope_type']` "
@@ -318,21 +394,13 @@ def parse_scaling(scaling: Any) -> Scaling:
     for key, default in rule.optional.items():
         value = scaling.get(key, default)
         params[key] = default if value is None else _CHECKS[key](f"scaling['{key}']", value)
-    if kind in ("linear", "dynamic", "llama3") and params["factor"] is None:
+    if rule.requires_factor and params["factor"] is None:
         raise PosencError(f"`scaling['factor']` is required by rope_type {kind!r}")
-    if kind == "llama3" and not params["low_freq_factor"] < params["high_freq_factor"]:
-        raise PosencError(
-            "`scaling['low_freq_factor']` must be below `scaling['high_freq_factor']`, got "
-            f"{params['low_freq_factor']:g} and {params['high_freq_factor']:g}"
-        )
-    if kind in ("yarn", "longrope"):
-        yarn_factor(params)  # factor, or the lengths it follows from
-    shared = tuple((k, _frozen(scaling[k])) for k in SHARED if k in scaling and k not in params)
+    if rule.check is not None:
+        rule.check(params)
+    shared = tuple((k, scaling[k]) for k in SHARED if k in scaling and k not in params)
+    shared = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in shared)  # frozen
     return Scaling(kind, tuple(sorted(params.items())), shared)
-
-
-def _frozen(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
 
 
 def softmax_scale(config: Any, head_dim: int | None = None) -> float:
@@ -373,11 +441,8 @@ def softmax_scale(config: Any, head_dim: int | None = None) -> float:
     scale: float = d**-0.5
     if not params:
         return scale
-    s = parse_scaling(params)
-    if s.rope_type != "yarn":
-        return scale
-    p = s.p
-    if not p["mscale_all_dim"]:
+    p = parse_scaling(params).p
+    if not p.get("mscale_all_dim"):  # a key of yarn's alone
         return scale
     m: float = mscale(yarn_factor(p), p["mscale_all_dim"])
     return scale * m * m  # transformers' order of operations

@@ -1,5 +1,6 @@
 """What every posenc module shares: a preset resolved once, the dtype and device it was built
-for or moved to (no buffers), the checkpoint check, and the cached first rows of 1D modules."""
+for or moved to (no buffers), the checkpoint check, and the kept first rows of 1D modules
+(:class:`posenc.torch._kept.KeptRows`)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from torch import Tensor, nn
 
 from posenc import evaluate
 from posenc.errors import PosencError, check_int
-from posenc.evaluate.libs import as_positions, tracing
+from posenc.evaluate.libs import as_positions
 from posenc.evaluate.libs.torch import check_device
 from posenc.evaluate.positions import Positions
 from posenc.spec.layout import Plan, channel_plan, check_channels
 from posenc.spec.presets import get_preset
 from posenc.torch._checkpoint import check_saved_tables
+from posenc.torch._kept import KeptRows
 
 
 class _Tracked(nn.Module):
@@ -92,7 +94,8 @@ def _api_device(device: Any) -> torch.device:
 
 
 class _Cached(_Module):
-    """The shared part of the 1D modules: a preset, and a table of the first rows."""
+    """The shared part of the 1D modules: a preset, and the kept rows of the first
+    ``cached_length`` positions (:class:`~posenc.torch._kept.KeptRows`)."""
 
     def __init__(
         self,
@@ -115,21 +118,24 @@ class _Cached(_Module):
         self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.label, self.channels))
         self.width = self._plan.dim
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
+        self._kept = KeptRows(self.cached_length, self._span)
         self.reset_parameters()
 
     @property
     def cache(self) -> Tensor:
         """The kept table ``[cached_length, width]``, in the module's dtype and device."""
-        return self._tables[self._dtype]
+        return self._kept.tables[self._dtype]
+
+    @property
+    def _tables(self) -> dict[torch.dtype, Tensor]:
+        """The kept tables, by dtype (the module's, and those built for activations in
+        another dtype)."""
+        return self._kept.tables
 
     def reset_parameters(self) -> None:
         """(Re)build the table of the first ``cached_length`` rows (and forget the tables
         kept for other activation dtypes)."""
-        self._tables: dict[torch.dtype, Tensor] = {}
-        self._tables[self._dtype] = self._build(self._dtype)
-
-    def _build(self, dtype: torch.dtype) -> Tensor:
-        return self._span(0, self.cached_length, dtype, self._device)
+        self._kept.reset(self._device, self._dtype)
 
     def _span(self, start: int, length: Any, dtype: torch.dtype, device: Any) -> Tensor:
         """Rows ``start … start + length - 1``: a run of positions, evaluated as a table
@@ -157,61 +163,17 @@ class _Cached(_Module):
     def _expected_table(self, rows: int) -> np.ndarray | str:
         return self._span(0, rows, torch.float64, torch.device("cpu")).numpy()
 
-    def _cache_for(self, length: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
-        """The kept table in ``dtype`` when it covers ``length`` rows on ``device``. Activations
-        in another dtype than the module's (autocast, a float32 module before a bf16 block)
-        get a table of their own, correctly rounded and built once, in eager mode."""
-        if torch.compiler.is_exporting() or torch.jit.is_tracing():  # type: ignore[attr-defined,no-untyped-call]
-            return None  # first: a size test would specialise the export or the trace
-        if device != self._device or length > self.cached_length:
-            return None
-        table = self._tables.get(dtype)
-        if table is None and not tracing() and dtype.is_floating_point:
-            table = self._tables[dtype] = self._build(dtype)
-        return table
-
-    def _run(self, start: int, length: Any, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """Rows ``start … start + length - 1``. Eager: a slice of the kept table when it covers
-        them, else computed. Under ``torch.compile``: the kept rows that cover the start, then
-        the computed rest, with no test on the (symbolic) length, so one graph serves every
-        length, inside the cache and past it. Exports and ``torch.jit.trace`` keep no table."""
-        compiler = torch.compiler
-        if not compiler.is_compiling() or compiler.is_exporting():
-            table = self._cache_for(start + length, dtype, device)
-            if table is not None:
-                return table[start : start + length]
-            return self._span(start, length, dtype, device)
-        table = self._tables.get(dtype) if device == self._device else None
-        cached = self.cached_length
-        if table is None or start >= cached:
-            return self._span(start, length, dtype, device)
-        kept = torch.sym_min(start + length, cached) - start  # type: ignore[no-untyped-call]
-        # the computed rest is 2 rows longer than needed and cut after: a size that can be 0
-        # or 1 would be tested (and specialised) by the compiler
-        tail = self._span(cached, length - kept + 2, dtype, device)
-        return torch.cat([table[start : start + kept], tail])[:length]
-
     def _rows(self, positions: Tensor | Positions, dtype: torch.dtype) -> Tensor:
         """Rows for explicit positions (checked once): eager integer positions inside the
-        table are gathered from it (the same bits: the table is the core's); others are
-        computed. Positions not read on the host (traced, meta, or on an accelerator) have no
-        known bounds, so they are computed, on the device."""
+        kept table are gathered from it (the same bits: the table is the core's); others are
+        computed, on the device of the positions."""
         pos = (
             positions
             if isinstance(positions, Positions)
             else as_positions(positions, on_device=True)
         )
-        if (
-            pos.integral
-            and pos.low is not None
-            and pos.high is not None
-            and pos.low >= 0
-            and pos.high < self.cached_length
-            and pos.values.numel()
-            and (table := self._cache_for(0, dtype, pos.values.device)) is not None
-        ):
-            return table[pos.values]
-        return self._computed(pos, dtype)
+        rows = self._kept.gather(pos, dtype)
+        return self._computed(pos, dtype) if rows is None else rows
 
     def extra_repr(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())

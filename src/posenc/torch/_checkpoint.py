@@ -101,7 +101,7 @@ def _problem(module: Any, saved: Any) -> str | None:
 
 def _what_it_is(rows: np.ndarray) -> str:
     """The preset the table matches, if any (the `posenc identify` machinery)."""
-    from posenc.app.identify import MATCH, identify
+    from posenc.api.identify import MATCH, identify
 
     try:
         found = identify(rows)

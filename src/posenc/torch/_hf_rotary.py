@@ -59,7 +59,7 @@ class HFRotaryEmbedding(_Tracked):
         pos = evaluate.rotary_axes_last(r, pos)
         seq_len = evaluate.rotary_seq_len(r, pos, None) if r.scaling.rule.uses_seq_len else None
         if self.compat is not None:
-            if r.scaling.rope_type == "dynamic" and seq_len is not None:
+            if r.scaling.rule.remembers_length and seq_len is not None:
                 seq_len = self._remember(seq_len)
             if self.form == "complex":
                 return _rope_compat.polar(r, pos, seq_len)

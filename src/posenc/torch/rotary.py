@@ -3,11 +3,12 @@
 
 The tables come from the core (:mod:`posenc.api.rope`): exact (float64 angles, one rounding),
 in float32 for float32 and 16-bit activations (the rotation runs in float32, then rounds once
-to the activations' dtype) and float64 for float64 ones. Eager calls keep the tables of the
-first ``cached_length`` positions, and a window of rows past them for decoding; traced calls
-(``torch.compile``, ``torch.export``, ONNX) compute the rows they need in the graph, so no
-length or offset is baked in. Nothing is a buffer: the state_dict is empty and DDP has
-nothing to broadcast.
+to the activations' dtype) and float64 for float64 ones. The tables of the first
+``cached_length`` positions are kept (:class:`~posenc.torch._kept.KeptRows`), and a window
+of rows past them for decoding: eager calls slice or gather them; ``torch.compile`` reads
+the kept rows that cover a call and computes the rest in the graph; ``torch.export`` and
+ONNX compute every row in the graph. No length or offset is baked in. Nothing is a buffer:
+the state_dict is empty and DDP has nothing to broadcast.
 
 Shapes: ``b`` batch, ``h`` heads, ``s`` sequence, ``d`` head channels, ``t`` packed tokens.
 """
@@ -29,6 +30,7 @@ from posenc.spec.layout import Plan
 from posenc.spec.rotary import Rotary, rotary
 from posenc.torch._base import _traceable, _Tracked
 from posenc.torch._hf_rotary import HFRotaryEmbedding
+from posenc.torch._kept import KeptRows
 from posenc.torch._positions import _spread, offset_positions, packed_positions
 
 WINDOW = 256
@@ -60,7 +62,8 @@ class RotaryEmbedding(_Tracked):
             the device (as transformers does); traced ``dynamic`` needs it given.
         heads_first: ``q`` and ``k`` are ``[b, h, s, d]`` (True, transformers' and SDPA's
             order) or ``[b, s, h, d]`` (False: flash-attn, Megatron, vLLM).
-        cached_length: positions whose tables are kept (eager, 1-D positions).
+        cached_length: positions whose tables are kept (1-D positions; eager and
+            ``torch.compile`` calls read them).
         device: where the kept tables live (they follow ``.to()``).
 
     Shapes:
@@ -116,9 +119,10 @@ class RotaryEmbedding(_Tracked):
         self.heads_first = check_bool("heads_first", heads_first)
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
         self._plan = self._plan_for(self.seq_len)
+        self._kept = KeptRows(self.cached_length, self._kept_span, window=WINDOW)
         rule = r.scaling
         self._long = None  # traced longrope: the long table's plan, made now (no lock traced)
-        if rule.rope_type == "longrope" and self.seq_len is None:
+        if rule.rule.switches_tables and self.seq_len is None:
             self._long = self._plan_for(rule.p["original_max_position_embeddings"] + 1)
         self._moved()
 
@@ -149,16 +153,22 @@ class RotaryEmbedding(_Tracked):
         return HFRotaryEmbedding(config, compat, device)
 
     def _plan_for(self, seq_len: int | None) -> Plan:
-        return _traceable(self._tables.plan(seq_len, _who(self.rotary)))
+        return _traceable(self._tables.plan(seq_len, _label(self.rotary)))
 
     def _moved(self) -> None:
-        """Forget the kept tables (rebuilt on first use on the new device)."""
-        self._cache: dict[torch.dtype, Tensor] = {}
-        self._window: dict[torch.dtype, tuple[int, Tensor]] = {}
+        """Forget the kept tables, and rebuild the one for activations in the module's dtype
+        (float32 tables for 16-bit and float32 activations, float64 for float64). Rotations of
+        several axes (sections, axes_dim) keep no rows: their positions are not a run."""
+        work = torch.float64 if self._dtype == torch.float64 else torch.float32
+        self._kept.reset(self._device, work if self.rotary.ndim == 1 else None)
 
     def reset_parameters(self) -> None:
-        """Forget the kept tables (``nn.Module`` convention; they hold no learned state)."""
+        """Rebuild the kept tables (``nn.Module`` convention; they hold no learned state)."""
         self._moved()
+
+    def _kept_span(self, start: int, length: Any, work: torch.dtype, device: Any) -> Tensor:
+        """Rows ``start … start + length - 1`` of the kept plan, ``[length, dim]``."""
+        return _computed(self._plan, start, length, work, device)
 
     @overload
     def forward(
@@ -260,11 +270,11 @@ class RotaryEmbedding(_Tracked):
             if positions is not None or not (isinstance(offset, int) and offset == 0):
                 raise PosencError("`cu_seqlens` takes neither `positions` nor `offset`")
             pos = packed_positions(cu_seqlens.to(x.device), length)
-            return self._rows(_spread(self.rotary, pos), work, x.device)
+            return self._rows(_spread(self.rotary, pos), work)
         if positions is not None:
             if not (isinstance(offset, int) and offset == 0):
                 raise PosencError("give `positions` or `offset`, not both")
-            return self._rows(self._given(positions, x, length), work, x.device)
+            return self._rows(self._given(positions, x, length), work)
         if self.rotary.axes_dim is not None:
             raise PosencError(
                 f"axial RoPE (axes_dim={self.rotary.axes_dim}) needs `positions`: "
@@ -272,11 +282,11 @@ class RotaryEmbedding(_Tracked):
             )
         if isinstance(offset, Tensor):
             continued = offset_positions(offset, x.shape[0], length, x.device)
-            return self._rows(_spread(self.rotary, continued), work, x.device)
+            return self._rows(_spread(self.rotary, continued), work)
         start = check_int("offset", offset)
         if self.rotary.ndim > 1:
             rows = torch.arange(start, start + length, device=x.device)
-            return self._rows(_spread(self.rotary, rows), work, x.device)
+            return self._rows(_spread(self.rotary, rows), work)
         return self._span(start, length, work, x.device)
 
     def _given(self, positions: Tensor, x: Tensor, length: Any) -> Tensor:
@@ -331,7 +341,7 @@ class RotaryEmbedding(_Tracked):
         long = evaluate.points(self._long, pos, coords=coords, dtype=work, padding_idx=None)
         return torch.where(pos.values.max() + 1 > length, long, short)
 
-    def _rows(self, values: Tensor | Positions, work: torch.dtype, device: torch.device) -> Tensor:
+    def _rows(self, values: Tensor | Positions, work: torch.dtype) -> Tensor:
         """Rows for explicit positions (sections leading, axes trailing)."""
         r = self.rotary
         given = values if isinstance(values, Positions) else as_positions(values, on_device=True)
@@ -342,58 +352,21 @@ class RotaryEmbedding(_Tracked):
         if (
             plan is self._plan
             and r.ndim == 1
-            and pos.integral
-            and pos.low is not None
-            and pos.high is not None
-            and pos.low >= 0
-            and pos.values.numel()
+            and (kept := self._kept.gather(pos, work)) is not None
         ):
-            low, high = int(pos.low), int(pos.high)
-            if high < self.cached_length:
-                return self._kept(work, device)[pos.values]
-            if high - low < WINDOW // 2:
-                start, table = self._near(low, work, device)
-                return table[pos.values - start]
+            return kept
         out: Tensor = evaluate.points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
         return out
 
     def _span(self, start: int, length: Any, work: torch.dtype, device: torch.device) -> Tensor:
-        """Rows ``start … start + length - 1``, ``[1, length, dim]``."""
+        """Rows ``start … start + length - 1``, ``[1, length, dim]``: the kept rows (and the
+        window) when the plan is the kept one, else computed."""
         if tracing() and self._long is not None:
-            return self._rows(
-                torch.arange(start, start + length, device=device)[None], work, device
-            )
-        if tracing():
-            plan = self._plan_at(None)
-            return _computed(plan, start, length, work, device).unsqueeze(0)
-        plan = self._plan_at(start + length - 1)
-        if plan is self._plan and start + length <= self.cached_length:
-            return self._kept(work, device)[start : start + length].unsqueeze(0)
-        if plan is self._plan and 0 < length < WINDOW // 2:
-            first, table = self._near(start, work, device)
-            return table[start - first : start - first + length].unsqueeze(0)
+            return self._rows(torch.arange(start, start + length, device=device)[None], work)
+        plan = self._plan_at(None if tracing() else start + length - 1)
+        if plan is self._plan:
+            return self._kept.run(start, length, work, device).unsqueeze(0)
         return _computed(plan, start, length, work, device)[None]
-
-    def _kept(self, work: torch.dtype, device: torch.device) -> Tensor:
-        """The table of the first ``cached_length`` positions, built on first use."""
-        if device != self._device:
-            return _computed(self._plan, 0, self.cached_length, work, device)
-        table = self._cache.get(work)
-        if table is None:
-            table = self._cache[work] = _computed(self._plan, 0, self.cached_length, work, device)
-        return table
-
-    def _near(self, low: int, work: torch.dtype, device: torch.device) -> tuple[int, Tensor]:
-        """A window of ``WINDOW`` rows holding ``low … low + WINDOW / 2``: kept, or refilled
-        from the block of ``WINDOW / 2`` rows where ``low`` falls."""
-        kept = self._window.get(work) if device == self._device else None
-        if kept is not None and kept[0] <= low and low + WINDOW // 2 <= kept[0] + WINDOW:
-            return kept
-        start = low - low % (WINDOW // 2)
-        table = _computed(self._plan, start, WINDOW, work, device)
-        if device == self._device:
-            self._window[work] = (start, table)
-        return start, table
 
     def extra_repr(self) -> str:
         r = self.rotary
@@ -401,7 +374,7 @@ class RotaryEmbedding(_Tracked):
         if self.preset is not None:
             parts.append(f"preset={self.preset!r}")
         parts.append(f"base={r.base:g}")
-        if r.scaling.rope_type != "default":
+        if not r.scaling.is_default:
             parts.append(f"scaling={dict(r.scaling.p, rope_type=r.scaling.rope_type)!r}")
         parts.append(f"layout={self.pairing!r}")
         for key in ("sections", "axes_dim"):
@@ -423,5 +396,5 @@ def _computed(plan: Plan, start: int, length: Any, work: torch.dtype, device: An
     return out
 
 
-def _who(r: Rotary) -> str:
+def _label(r: Rotary) -> str:
     return f"RotaryEmbedding({r.dim}, rope_type={r.scaling.rope_type!r}, base={r.base:g})"

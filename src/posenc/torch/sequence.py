@@ -167,7 +167,7 @@ class PositionalEncoding(_Cached):
             pe = self._rows(rows, x.dtype)
         else:
             start = 0 if offset is None else check_int("offset", offset)
-            pe = self._run(start, length, x.dtype, x.device)
+            pe = self._kept.run(start, length, x.dtype, x.device)
         if pe.ndim == 3 and not self.batch_first:
             return pe.transpose(0, 1)
         return pe if self.batch_first or pe.ndim == 3 else pe.unsqueeze(1)
