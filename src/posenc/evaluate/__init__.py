@@ -32,7 +32,7 @@ from posenc.evaluate import direct
 from posenc.evaluate.accuracy import check_on_device, check_plan
 from posenc.evaluate.engine import fill_grid, fill_points
 from posenc.evaluate.libs import array_namespace, backend_for, backend_of, is_torch, tracing
-from posenc.evaluate.libs.base import Backend, itemsize, largest
+from posenc.evaluate.libs.base import Backend, itemsize
 from posenc.evaluate.libs.numpy import NumpyBackend
 from posenc.evaluate.positions import Positions, Progression, grid_axes
 from posenc.spec.encoding import Encoding
@@ -59,14 +59,14 @@ class Engine:
     ) -> Any:
         """``[extra + prod(lengths), dim]``: ``extra`` zero rows, then the grid's cells with
         axis ``order[0]`` outermost."""
-        bk = self.backend
+        backend = self.backend
         dims = [p.length for p in axes]
         cells = math.prod(dims)
-        check_size("the output", (extra + cells, plan.dim), itemsize(self.dtype), bk.memory())
-        out = bk.empty((extra + cells, plan.dim))
+        check_size("the output", (extra + cells, plan.dim), itemsize(self.dtype), backend.memory())
+        out = backend.empty((extra + cells, plan.dim))
         out[:extra] = 0
         view = out[extra:].reshape(*[dims[a] for a in order], plan.dim)
-        fill_grid(bk, view, plan, axes, [order.index(a) for a in range(len(axes))])
+        fill_grid(backend, view, plan, axes, [order.index(a) for a in range(len(axes))])
         if padding_idx is not None and len(axes) == 1:
             row = (padding_idx - axes[0].start) / axes[0].step
             if row == int(row) and 0 <= row < cells:
@@ -75,10 +75,10 @@ class Engine:
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
         """``[N, k]`` positions -> ``[N, dim]``."""
-        bk = self.backend
-        check_size("the output", (x.shape[0], plan.dim), itemsize(self.dtype), bk.memory())
-        out = bk.empty((x.shape[0], plan.dim))
-        fill_points(bk, out, plan, x, integral)
+        backend = self.backend
+        check_size("the output", (x.shape[0], plan.dim), itemsize(self.dtype), backend.memory())
+        out = backend.empty((x.shape[0], plan.dim))
+        fill_points(backend, out, plan, x, integral)
         if padding_idx is not None:
             out[x[:, 0] == padding_idx] = 0
         return out
@@ -102,22 +102,23 @@ class Direct:
         padding_idx: int | None = None,
     ) -> Any:
         """As :meth:`Engine.grid`; ``axes`` are Progressions or float64 arrays of positions."""
-        bk = self.backend
-        body = direct.grid(bk, axes, order, plan, self.dtype, self.like, self.float32_only)
-        body = bk.reshape(body, (-1, plan.dim))
+        backend = self.backend
+        body = direct.grid(backend, axes, order, plan, self.dtype, self.like, self.float32_only)
+        body = backend.reshape(body, (-1, plan.dim))
         if padding_idx is not None and len(axes) == 1:
             a = axes[0]
-            work = bk.float32 if self.float32_only else bk.float64
+            work = backend.float32 if self.float32_only else backend.float64
             values = (
-                bk.arange(a.length, self.like, work) * a.step + a.start
+                backend.arange(a.length, self.like, work) * a.step + a.start
                 if isinstance(a, Progression)
                 else a
             )
-            pad = bk.reshape(values == float(padding_idx), (-1, 1))
-            body = bk.where(pad, body * 0, body)
+            pad = backend.reshape(values == float(padding_idx), (-1, 1))
+            body = backend.where(pad, body * 0, body)
         if not extra:
             return body
-        return bk.concat([bk.zeros((extra, plan.dim), self.dtype, self.like), body], axis=0)
+        zeros = backend.zeros((extra, plan.dim), self.dtype, self.like)
+        return backend.concat([zeros, body], axis=0)
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
         return direct.points(
@@ -142,12 +143,12 @@ class HostEngine:
         return self.backend.from_numpy(self.engine.grid(*args, **kwargs))
 
     def points(self, plan: Plan, x: Any, integral: bool, padding_idx: int | None = None) -> Any:
-        bk = self.backend
-        if not bk.concrete(x):
-            return direct.points(bk, x, plan, bk.dtype, padding_idx, True, integral)
+        backend = self.backend
+        if not backend.concrete(x):
+            return direct.points(backend, x, plan, backend.dtype, padding_idx, True, integral)
         q = np.asarray(x)
         out = self.engine.points(plan, q.astype(np.int64) if integral else q, integral, padding_idx)
-        return bk.from_numpy(out)
+        return backend.from_numpy(out)
 
 
 Evaluator = Engine | Direct | HostEngine
@@ -167,23 +168,16 @@ def evaluator(
     A library without float64 (JAX without x64): :class:`HostEngine`; any other Array API
     library: direct.
     """
-    bk = backend_for(dtype, device, like)
-    if not bk.has_float64:
-        return HostEngine(bk)
-    if bk.direct(on_device):
-        return Direct(bk, bk.anchor(like), float32_only=bk.float32_only())
-    return Engine(bk)
+    backend = backend_for(dtype, device, like)
+    if not backend.has_float64:
+        return HostEngine(backend)
+    if backend.direct(on_device):
+        return Direct(backend, backend.anchor(like), float32_only=backend.float32_only())
+    return Engine(backend)
 
 
-def _check(plan: Plan, bound: float | None, what: str, ev: Evaluator) -> None:
-    check_plan(
-        plan,
-        bound,
-        what,
-        float32_only=ev.float32_only,
-        largest=largest(ev.dtype),
-        dtype=ev.dtype,
-    )
+def _check(plan: Plan, bound: float | None, what: str, evaluation: Evaluator) -> None:
+    check_plan(plan, bound, what, float32_only=evaluation.float32_only, dtype=evaluation.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,11 +199,11 @@ def span(
     ``posenc.table``, which modules call for a run of positions (a table is every evaluator's
     fastest form). Under tracing ``length`` may be symbolic; the checks then wait for eager
     calls. ``on_device``: see :func:`evaluator`."""
-    ev = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
+    evaluation = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
     prog = Progression(start, 1.0, length)
     if not tracing():
-        _check(plan, prog.bound, "`offset` and `length`", ev)
-    return ev.grid(plan, [prog], [0], padding_idx=padding_idx)
+        _check(plan, prog.bound, "`offset` and `length`", evaluation)
+    return evaluation.grid(plan, [prog], [0], padding_idx=padding_idx)
 
 
 def points(plan: Plan, pos: Positions, *, coords: bool, dtype: Any, padding_idx: int | None) -> Any:
@@ -219,14 +213,14 @@ def points(plan: Plan, pos: Positions, *, coords: bool, dtype: Any, padding_idx:
     lead = tuple(x.shape[:-1]) if coords else tuple(x.shape)
     # positions not read on the host (traced, or a module's on an accelerator) are evaluated
     # where they are, and the accuracy rule is checked there
-    ev = evaluator(like=x, dtype=dtype, on_device=pos.bound is None)
-    _check(plan, pos.bound, "`positions`", ev)
+    evaluation = evaluator(like=x, dtype=dtype, on_device=pos.bound is None)
+    _check(plan, pos.bound, "`positions`", evaluation)
     if pos.bound is None:
-        check_on_device(plan, ev.backend, x, float32_only=ev.float32_only)
-    bk = ev.backend
-    flat = bk.reshape(x, (-1, plan.ndim))
-    out = ev.points(plan, flat, pos.integral, padding_idx)
-    return bk.reshape(out, (*lead, plan.dim))
+        check_on_device(plan, evaluation.backend, x, float32_only=evaluation.float32_only)
+    backend = evaluation.backend
+    flat = backend.reshape(x, (-1, plan.ndim))
+    out = evaluation.points(plan, flat, pos.integral, padding_idx)
+    return backend.reshape(out, (*lead, plan.dim))
 
 
 def grid(
@@ -245,9 +239,9 @@ def grid(
     nd = len(dims)
     axes = grid_axes(enc, dims, crop_from)
     order = list(range(nd)) if enc.tokens == "row-major" else list(range(nd))[::-1]
-    ev = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
-    _check(plan, max([a.bound for a in axes] + [0.0]), GRID_POSITIONS, ev)
-    return ev.grid(plan, axes, order, extra=enc.extra_tokens)
+    evaluation = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
+    _check(plan, max([a.bound for a in axes] + [0.0]), GRID_POSITIONS, evaluation)
+    return evaluation.grid(plan, axes, order, extra=enc.extra_tokens)
 
 
 GRID_POSITIONS = "the grid positions (`shape` and the preset's scaling options)"
@@ -265,12 +259,12 @@ def detr(plan: Plan, enc: Encoding, mask: Any, *, dtype: Any, on_device: bool = 
             return library.from_numpy(host)
     coords = detr_coordinates(mask, enc.normalize)
     b, h, w = coords.shape[:3]
-    ev = evaluator(like=coords, dtype=dtype, on_device=on_device)
-    _check(plan, 1.0 if enc.normalize else float(max(h, w)), "`mask`", ev)
-    bk = backend_of(coords)
-    out = ev.points(plan, bk.reshape(coords, (-1, 2)), not enc.normalize)
-    bk = backend_of(out)
-    return bk.permute(bk.reshape(out, (b, h, w, plan.dim)), (0, 3, 1, 2))
+    evaluation = evaluator(like=coords, dtype=dtype, on_device=on_device)
+    _check(plan, 1.0 if enc.normalize else float(max(h, w)), "`mask`", evaluation)
+    backend = backend_of(coords)
+    out = evaluation.points(plan, backend.reshape(coords, (-1, 2)), not enc.normalize)
+    backend = backend_of(out)
+    return backend.permute(backend.reshape(out, (b, h, w, plan.dim)), (0, 3, 1, 2))
 
 
 def detr_coordinates(mask: Any, normalize: bool) -> Any:
@@ -290,16 +284,16 @@ def detr_coordinates(mask: Any, normalize: bool) -> Any:
             f"`mask` must be a [batch, H, W] boolean array, got {mask.dtype} of shape "
             f"{tuple(mask.shape)}"
         )
-    bk = backend_of(mask)
-    filled = bk.astype(~mask, bk.int64)
-    y = bk.cumsum(filled, axis=1)
-    x = bk.cumsum(filled, axis=2)
+    backend = backend_of(mask)
+    filled = backend.astype(~mask, backend.int64)
+    y = backend.cumsum(filled, axis=1)
+    x = backend.cumsum(filled, axis=2)
     if not normalize:
-        return bk.stack([y, x], axis=-1)
-    y64, x64 = bk.astype(y, bk.float64), bk.astype(x, bk.float64)
+        return backend.stack([y, x], axis=-1)
+    y64, x64 = backend.astype(y, backend.float64), backend.astype(x, backend.float64)
     y64 = y64 / (y64[:, -1:, :] + 1e-6)
     x64 = x64 / (x64[:, :, -1:] + 1e-6)
-    return bk.stack([y64, x64], axis=-1)
+    return backend.stack([y64, x64], axis=-1)
 
 
 # ---------------------------------------------------------------------------------------------

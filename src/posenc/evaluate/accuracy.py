@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from posenc.errors import MAX_POSITION, PosencError
-from posenc.evaluate.libs.base import Backend
+from posenc.evaluate.libs.base import Backend, largest
 from posenc.spec.layout import Plan
 
 ANGLE_LIMIT = float(1 << 27)
@@ -59,29 +59,29 @@ def check_float32_only(largest: float, bound: float | None, what: str) -> None:
 
 
 def check_plan(
-    plan: Plan, bound: float | None, what: str, *, float32_only: bool, largest: float, dtype: Any
+    plan: Plan, bound: float | None, what: str, *, float32_only: bool, dtype: Any
 ) -> None:
     """The accuracy rule for ``plan`` at positions of magnitude up to ``bound`` (None: not
-    known on the host), and included inputs (NeRF) that the output dtype (whose largest
-    finite value is ``largest``) can hold."""
-    c = plan.constants
-    check_angles(c.largest, bound, what, exact=c.exact, label=plan.label)
+    known on the host), and included inputs (NeRF) that the output ``dtype`` can hold."""
+    constants = plan.constants
+    check_angles(constants.largest, bound, what, exact=constants.exact, label=plan.label)
     if float32_only:
-        check_float32_only(c.largest, bound, what)
-    if c.identities and bound is not None and bound > largest:
+        check_float32_only(constants.largest, bound, what)
+    if constants.identities and bound is not None and bound > (top := largest(dtype)):
         raise PosencError(
             f"{what} must fit the output dtype {dtype} (the positions themselves are "
-            f"channels of this encoding): its largest value is {largest:g}, got {bound:g}"
+            f"channels of this encoding): its largest value is {top:g}, got {bound:g}"
         )
 
 
-def check_on_device(plan: Plan, bk: Backend, x: Any, *, float32_only: bool) -> None:
+def check_on_device(plan: Plan, backend: Backend, x: Any, *, float32_only: bool) -> None:
     """The accuracy rule for positions ``x`` whose values are not read on the host: checked
     on the device, by the backend."""
     c = plan.constants
     if not c.largest > 0:
         return
     if not c.exact:
-        bk.check_on_device(x, min(MAX_POSITION, ANGLE_LIMIT / c.largest), c.angle_rule)
+        backend.check_on_device(x, min(MAX_POSITION, ANGLE_LIMIT / c.largest), c.angle_rule)
     if float32_only:
-        bk.check_on_device(x, 2.0**24, "`positions` must stay below 2^24 in float32-only graphs")
+        message = "`positions` must stay below 2^24 in float32-only graphs"
+        backend.check_on_device(x, 2.0**24, message)

@@ -14,23 +14,23 @@ from typing import Any
 from posenc.evaluate.libs.base import Backend, itemsize
 
 
-def round_to_odd(x64: Any, bk: Backend) -> Any:
+def round_to_odd(x64: Any, backend: Backend) -> Any:
     """float64 -> float32 rounded to odd: exact values stay, an inexact one becomes the
     neighbour (of the two around it) whose last bit is set.
 
     Round to nearest, step back toward zero where that went away from zero (the truncation),
     then set the last bit where the value was inexact: int32 work only, a few passes.
     """
-    f = bk.astype(x64, bk.float32)
-    back = bk.astype(f, bk.float64)
-    away = bk.astype(bk.abs(back) > bk.abs(x64), bk.int32)
-    inexact = bk.astype(back != x64, bk.int32)
-    return bk.bitcast((bk.bitcast(f, bk.int32) - away) | inexact, bk.float32)
+    f = backend.astype(x64, backend.float32)
+    back = backend.astype(f, backend.float64)
+    away = backend.astype(backend.abs(back) > backend.abs(x64), backend.int32)
+    inexact = backend.astype(back != x64, backend.int32)
+    return backend.bitcast((backend.bitcast(f, backend.int32) - away) | inexact, backend.float32)
 
 
-def round_once(x64: Any, dtype: Any, bk: Backend) -> Any:
+def round_once(x64: Any, dtype: Any, backend: Backend) -> Any:
     """float64 values rounded once to ``dtype`` (to odd first for 16-bit dtypes, so the
     second rounding is correct, except where the cast itself rounds once)."""
-    if itemsize(dtype) == 2 and not bk.half_cast_rounds_once(dtype):
-        return bk.astype(round_to_odd(x64, bk), dtype)
-    return bk.astype(x64, dtype)
+    if itemsize(dtype) == 2 and not backend.half_cast_rounds_once(dtype):
+        return backend.astype(round_to_odd(x64, backend), dtype)
+    return backend.astype(x64, dtype)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.evaluate.libs import tracing
+from posenc.evaluate.libs.torch import tracing
 from posenc.evaluate.positions import Positions
 
 Compute = Callable[[int, Any, torch.dtype, torch.device], Tensor]

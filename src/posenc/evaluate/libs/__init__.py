@@ -10,6 +10,7 @@ array belongs to one. Adding a library is one file beside these and a branch her
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -104,6 +105,12 @@ def tracing() -> bool:
     ``torch.jit.trace``), where values cannot be read."""
     if _torch() is None:
         return False
-    from posenc.evaluate.libs.torch import tracing as torch_tracing
+    global _torch_tracing
+    if _torch_tracing is None:
+        from posenc.evaluate.libs.torch import tracing as found
 
-    return torch_tracing()
+        _torch_tracing = found
+    return _torch_tracing()
+
+
+_torch_tracing: Callable[[], bool] | None = None
