@@ -315,6 +315,17 @@ def test_identify_says_plainly_a_learned_table_is_not_sinusoidal(tmp_path):
     assert "closest: posenc.table(197, 64, preset='vaswani')" in proc.stdout
 
 
+def test_identify_names_no_closest_preset_for_an_unrelated_table(tmp_path):
+    """A table off from every preset by the whole range has no closest preset."""
+    learned = np.random.default_rng(1).uniform(-1, 1, (197, 64))
+    path = tmp_path / "unrelated.npy"
+    np.save(path, learned.astype(np.float32))
+    proc = run("identify", str(path))
+    assert proc.returncode == 1
+    assert "not a known sinusoidal encoding" in proc.stdout
+    assert "closest:" not in proc.stdout
+
+
 def test_identify_needs_name_when_ambiguous(tmp_path):
     st = pytest.importorskip("safetensors.numpy")
     path = tmp_path / "two.safetensors"

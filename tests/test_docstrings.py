@@ -103,3 +103,13 @@ def test_site_page_code_runs(page):
     assert blocks, f"no python block in docs/{page}"
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/{page} block {i + 1}", "exec"), {"__name__": "__doc__"})
+
+
+def test_readme_tour_runs():
+    """The README's tour (its first python block) runs as written: every name it uses is
+    defined in it."""
+    pytest.importorskip("torch")
+    text = (DOCS.parent / "README.md").read_text()
+    tour = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    assert "posenc.table(" in tour
+    exec(compile(tour, "README.md tour", "exec"), {"__name__": "__doc__"})

@@ -21,6 +21,10 @@ from posenc.spec.presets import PRESETS, ZERO_ROW, Preset
 # Originals computed in float32 err by ~6e-8 * position; a bf16 copy by up to 2^-8. A table
 # within this of a preset is that preset; a learned table is off by O(1).
 MATCH = 1e-2
+NEAR = 0.35
+"""Root-mean-square difference below which a table that is not a preset is still a modified
+copy of it (fine-tuned, noisy), and the preset is named as the closest. A sinusoid's own RMS
+is about 0.71, and an unrelated table differs from one by about 1: no such preset is named."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Candidate:
     call: str  # the posenc call that reproduces it
     error: float  # max |stored - candidate|
     also: tuple[str, ...] = field(default=())
+    rms: float = 0.0  # root-mean-square of stored - candidate
 
 
 def _shapes(cells: int) -> Iterator[tuple[int, int]]:
@@ -100,7 +105,7 @@ def _fold(found: list[tuple[Candidate, int]]) -> list[Candidate]:
     for g in groups:
         head = min(g, key=lambda m: m[1])[0]  # min keeps the first of equal ranks
         also = tuple(dict.fromkeys(m.preset for m, _ in g if m.preset != head.preset))
-        folded.append(Candidate(head.preset, head.call, head.error, also))
+        folded.append(Candidate(head.preset, head.call, head.error, also, head.rms))
     return folded
 
 
@@ -130,7 +135,10 @@ def identify(values: np.ndarray) -> list[Candidate]:
             continue  # this preset cannot take this width
         if ours.shape != arr.shape:
             continue
-        err = float(np.abs(ours - arr).max(initial=0.0))
-        found.append((Candidate(p.name, _render(p.name, kind, dim, kw), err), p.identify_rank))
+        diff = ours - arr
+        err = float(np.abs(diff).max(initial=0.0))
+        rms = float(np.sqrt(np.mean(np.square(diff)))) if diff.size else 0.0
+        call = _render(p.name, kind, dim, kw)
+        found.append((Candidate(p.name, call, err, rms=rms), p.identify_rank))
     found.sort(key=lambda f: f[0].error)
     return _fold(found)

@@ -167,8 +167,8 @@ def rope(
     length = evaluate.rotary_seq_len(r, pos, seq_len)
     if compat is not None:
         return _compat(r, pos, length, dtype)
-    pl = r.plan(length, _label(r))
-    both = evaluate.points(pl, pos, coords=r.ndim > 1, dtype=dtype, padding_idx=None)
+    plan = r.plan(length, _label(r))
+    both = evaluate.points(plan, pos, coords=r.ndim > 1, dtype=dtype, padding_idx=None)
     w = r.width
     return both[..., :w], both[..., w:]
 

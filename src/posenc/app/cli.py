@@ -23,7 +23,14 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from posenc import __version__
-from posenc.app.commands import cmd_demo, cmd_identify, cmd_plot, cmd_presets, cmd_table
+from posenc.app.commands import (
+    cmd_audit,
+    cmd_demo,
+    cmd_identify,
+    cmd_plot,
+    cmd_presets,
+    cmd_table,
+)
 from posenc.app.files import FORMATS
 from posenc.errors import MAX_AXES, PosencError
 
@@ -188,6 +195,20 @@ def parser() -> argparse.ArgumentParser:
         "named like pos* or pe)",
     )
     ident.set_defaults(run=cmd_identify)
+
+    aud = sub.add_parser(
+        "audit",
+        help="a local model's positional encodings: the float32 error of its original "
+        "arithmetic, the bf16 hazard, the fix",
+    )
+    aud.add_argument(
+        "path",
+        help="a model directory (config.json, or a pipeline's model_index.json) or a config.json",
+    )
+    aud.add_argument(
+        "--json", action="store_true", help="a JSON list of records (default: a table)"
+    )
+    aud.set_defaults(run=cmd_audit)
     return top
 
 

@@ -1,4 +1,4 @@
-"""The ``posenc`` subcommands: ``table``, ``presets``, ``plot``, ``identify`` and ``demo``.
+"""The ``posenc`` subcommands: ``table``, ``presets``, ``plot``, ``identify``, ``audit``, ``demo``.
 
 Each takes the parsed arguments (:mod:`posenc.app.cli` parses them) and returns an exit
 status. A table or plot request is resolved and checked (:class:`Request`) before anything is
@@ -307,7 +307,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_identify(args: argparse.Namespace) -> int:
-    from posenc.api.identify import MATCH, identify
+    from posenc.api.identify import MATCH, NEAR, identify
 
     stored = read(Path(args.file), args.name)
     where = f"{args.file}" + (f" [{stored.key}]" if stored.key else "")
@@ -326,8 +326,15 @@ def cmd_identify(args: argparse.Namespace) -> int:
     print(
         f"{where}: {shape} {stored.dtype} is not a known sinusoidal encoding (e.g. a learned table)"
     )
-    print(f"  closest: {best.call}, max error {best.error:.3g}")
+    if best.rms < NEAR:  # a modified copy (fine-tuned, noisy); an unrelated table names none
+        print(f"  closest: {best.call}, max error {best.error:.3g}")
     return EXIT_UNKNOWN
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from posenc.app.audit import run
+
+    return run(Path(args.path), as_json=args.json)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

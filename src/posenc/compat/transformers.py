@@ -14,28 +14,42 @@ exact (float32 angles drift with the position): :func:`posenc.rope` without ``co
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from posenc.errors import PosencError, show
+from posenc.errors import PosencError, check_real, show
 from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
 from posenc.evaluate.positions import Positions
 from posenc.spec import scaling as _scaling
 from posenc.spec.rotary import LAYOUTS, Rotary, section_axes
 
+Casts = tuple[Any, ...]
+"""The 16-bit dtypes a rotary module's ``inv_freq`` buffer was cast to, in order (``.to()``
+casts a transformers module's float buffers; its forward upcasts them to float32 again)."""
 
-def inv_freq(r: Rotary, seq_len: int | None, device: Any = None) -> tuple[Any, float]:
+
+def inv_freq(
+    r: Rotary, seq_len: int | None, device: Any = None, casts: Casts = ()
+) -> tuple[Any, float]:
     """transformers' float32 inverse frequencies and attention factor for this rule, as a
     freshly built rotary module holds them for a sequence of ``seq_len``: the rule's own
-    float32 arithmetic (:attr:`posenc.spec.scaling.Rule.float32`), run with torch."""
-    return r.scaling.rule.float32(torch, r.scaling.p, r.dim, r.base, seq_len, device)
+    float32 arithmetic (:attr:`posenc.spec.scaling.Rule.float32`), run with torch; then
+    rounded through ``casts`` and back to float32, as the module's forward reads its buffer
+    after ``model.to(torch.bfloat16)``."""
+    freq, factor = r.scaling.rule.float32(torch, r.scaling.p, r.dim, r.base, seq_len, device)
+    for dtype in casts:
+        freq = freq.to(dtype).float()
+    return freq, factor
 
 
-def rope(r: Rotary, pos: Positions, seq_len: int | None, dtype: Any) -> tuple[Any, Any]:
+def rope(
+    r: Rotary, pos: Positions, seq_len: int | None, dtype: Any, casts: Casts = ()
+) -> tuple[Any, Any]:
     """``(cos, sin)`` as transformers computes them; positions with the axis of several
-    sections last (as :func:`posenc.rope` passes them)."""
+    sections last (as :func:`posenc.rope` passes them); ``casts``: as :func:`inv_freq`."""
     if r.axes_dim is not None:
         raise PosencError(
             "`compat='transformers'` has no axial rule: axial RoPE (FLUX) is diffusers', whose "
@@ -43,7 +57,7 @@ def rope(r: Rotary, pos: Positions, seq_len: int | None, dtype: Any) -> tuple[An
         )
     x, numpy_out = compat_in(pos.values)
     out_dtype = compat_dtype(dtype, torch.get_default_dtype())
-    freq, factor = inv_freq(r, seq_len, device=x.device)
+    freq, factor = inv_freq(r, seq_len, x.device, casts)
     ids = x.float()
     if r.sections is not None:  # each frequency reads its section's axis
         axis = torch.from_numpy(section_axes(r)).to(x.device)
@@ -68,13 +82,16 @@ class Family:
     or ``"complex"`` (one complex64 tensor); ``partial``: its default rule honours
     ``partial_rotary_factor`` (the scaled rules always do); ``sections``: multimodal RoPE
     with these default sections, ``interleave``: Qwen3-VL's round robin; ``float32``: the
-    tables stay float32 whatever ``x``'s dtype (OLMo), instead of following it."""
+    tables stay float32 whatever ``x``'s dtype (OLMo), instead of following it;
+    ``per_layer``: one module holds a set of tables per layer type (``rope_parameters``
+    keyed by ``config.layer_types``), and its forward takes ``layer_type`` (Gemma 3)."""
 
     form: str
     partial: bool = False
     sections: tuple[int, ...] | None = None
     interleave: bool = False
     float32: bool = False
+    per_layer: bool = False
 
 
 _HALVES, _PARTIAL = Family("halves"), Family("halves", partial=True)
@@ -91,58 +108,118 @@ FAMILIES: dict[str, Family] = {
     **dict.fromkeys(("llama4_text", "deepseek_v2"), Family("complex")),
     **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text"), Family("halves", sections=(16, 24, 24))),
     "qwen3_vl_text": Family("halves", sections=(24, 20, 20), interleave=True),
+    **dict.fromkeys(("gemma3_text", "gemma3n_text"), Family("halves", per_layer=True)),
+    "olmo3": Family("halves", float32=True, per_layer=True),
 }  # fmt: skip
 """The model families whose rotary modules ``RotaryEmbedding.from_hf`` reproduces (each one
 checked bit for bit against transformers 5.23 in the tests), by ``config.model_type``."""
 
-_WRAPPERS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4")  # their text_config holds RoPE
+_WRAPPERS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4", "gemma3", "gemma3n")  # text_config
 _NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved", "type")
+_TAKEN = ("rope_type", "type", "rope_theta", "partial_rotary_factor")  # by every rope_type
+_SECTIONS = ("mrope_section", "mrope_interleaved")  # read by the multimodal families
 
 
 @dataclass(frozen=True)
 class HfRotary:
     """A transformers config read: :func:`posenc.rope`'s keywords, the family, the model
-    type, and the dynamic rule's original length (its module's ``original_max_seq_len``)."""
+    type, the dynamic rule's original length (its module's ``original_max_seq_len``), and the
+    layer type read (per-layer-type families; else None)."""
 
     keywords: dict[str, Any]
     family: Family
     model_type: str
     max_position_embeddings: int | None
+    layer_type: str | None = None
 
 
-def read_config(config: Any) -> HfRotary:
-    """What ``config``'s rotary module computes; a family not covered, per-layer-type
-    parameters or a missing field are errors naming it."""
-    model_type = getattr(config, "model_type", None)
-    if model_type in _WRAPPERS and getattr(config, "text_config", None) is not None:
-        config = config.text_config
-        model_type = getattr(config, "model_type", None)
-    family = FAMILIES.get(model_type)  # type: ignore[arg-type]
-    if family is None:
+def layer_types(config: Any) -> tuple[str, ...]:
+    """The layer types whose tables ``config``'s rotary module holds, as transformers' module
+    lists them (``sorted(set(config.layer_types))``, those with parameters); ``()`` for a
+    family with one set of tables."""
+    config, model_type, family = _family(config)
+    if not family.per_layer:
+        return ()
+    rp = _parameters(config, model_type)
+    types = sorted(set(_field(config, "layer_types", model_type)))
+    for t in types:
+        if t not in rp:
+            raise PosencError(
+                f"`config.rope_parameters` of {model_type!r} has no entry for layer type {t!r} "
+                f"(it holds {', '.join(map(repr, rp)) or 'none'})"
+            )
+    found = tuple(t for t in types if rp[t] is not None)
+    if not found:
+        raise PosencError(f"`config.rope_parameters` of {model_type!r} holds no layer type's set")
+    return found
+
+
+def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
+    """What ``config``'s rotary module computes (for ``layer_type``, in a per-layer-type
+    family: see :func:`layer_types`); a family not covered, a missing field or a rotary
+    width past the head are errors naming it. Keys of ``rope_parameters`` that the rule does
+    not take are dropped with one warning, as transformers ignores them (with a logged
+    warning); model-specific keys it does not warn about are refused."""
+    config, model_type, family = _family(config)
+    rp = outer = _parameters(config, model_type)
+    if family.per_layer:
+        own_set = rp.get(layer_type) if layer_type is not None else None
+        if not isinstance(own_set, dict):
+            raise PosencError(
+                f"`config.rope_parameters` of {model_type!r} holds one set per layer type; "
+                f"`layer_type` must be one of {', '.join(map(repr, layer_types(config)))}, got "
+                f"{layer_type!r}"
+            )
+        rp = own_set
+    elif layer_type is not None:
         raise PosencError(
-            f"`config` of model_type {model_type!r} is not a family from_hf covers (it would "
-            f"risk a silently different table); covered: {', '.join(sorted(FAMILIES))}"
+            f"the rotary module of {model_type!r} holds one set of tables: `layer_type` must be "
+            f"None, got {layer_type!r}"
         )
-    rp = _field(config, "rope_parameters", model_type)
-    if not isinstance(rp, dict):
-        raise PosencError(f"`config.rope_parameters` must be a dict, got {show(rp)} ({model_type})")
-    if rp and all(isinstance(v, dict) for v in rp.values()):
+    elif rp and all(isinstance(v, dict) for v in rp.values()):
         raise PosencError(
             f"`config.rope_parameters` of {model_type!r} holds one set per layer type "
-            f"({', '.join(rp)}); build one module per layer type from a config with that set"
+            f"({', '.join(rp)}), which the rotary module of {model_type!r} does not read; "
+            "build one module per layer type from a config with that set"
         )
+    where = "" if layer_type is None else f"[{layer_type!r}]"
     if "rope_theta" not in rp:
-        raise PosencError(f"`config.rope_parameters['rope_theta']` is missing ({model_type})")
+        raise PosencError(
+            f"`config.rope_parameters{where}['rope_theta']` is missing ({model_type})"
+        )
     kind = rp.get("rope_type", rp.get("type", _scaling.DEFAULT))
-    rule = (
-        _scaling.RULES.get(kind) if isinstance(kind, str) else None
-    )  # None: rotary() names the error
+    rule = _scaling.RULES.get(kind) if isinstance(kind, str) else None  # None: rotary() says
+    if rule is not None:
+        rp = _known_keys(config, rp, kind, rule, family, f"config.rope_parameters{where}")
+        truncate = outer.get("truncate", True)  # what _compute_yarn_parameters reads
+        if (
+            family.per_layer
+            and "truncate" in rule.optional
+            and rp.get("truncate", True) != truncate
+        ):
+            rp = {**rp, "truncate": truncate}
+            warnings.warn(
+                f"`config.rope_parameters{where}['truncate']` is not what transformers reads: "
+                f"its module reads `config.rope_parameters.get('truncate', True)` "
+                f"({truncate!r}), used instead",
+                UserWarning,
+                stacklevel=4,
+            )
     scaled = rule is None or not rule.unscaled
     head_dim = getattr(config, "head_dim", None)
     if head_dim is None:
         hidden = _field(config, "hidden_size", model_type)
         head_dim = hidden // _field(config, "num_attention_heads", model_type)
-    factor = rp.get("partial_rotary_factor", 1.0) if family.partial or scaled else 1.0
+    factor = 1.0
+    if family.partial or scaled:
+        name = f"config.rope_parameters{where}['partial_rotary_factor']"
+        factor = check_real(name, rp.get("partial_rotary_factor", 1.0), positive=True)
+        if int(head_dim * factor) > head_dim:
+            raise PosencError(
+                f"`{name}` (GPT-NeoX's `rotary_pct`) must be at most 1, got {factor:g}: a rotary "
+                f"width of int({head_dim} * {factor:g}) = {int(head_dim * factor)} exceeds the "
+                f"head dim {head_dim} ({model_type})"
+            )
     keywords: dict[str, Any] = {
         "dim": int(head_dim * factor),
         "base": rp["rope_theta"],
@@ -162,7 +239,61 @@ def read_config(config: Any) -> HfRotary:
     if family.sections is not None:
         keywords["sections"] = tuple(rp.get("mrope_section", family.sections))
         keywords["interleave_sections"] = family.interleave
-    return HfRotary(keywords, family, model_type, longest)  # type: ignore[arg-type]
+    return HfRotary(keywords, family, model_type, longest, layer_type)
+
+
+def _family(config: Any) -> tuple[Any, Any, Family]:
+    """The config that holds the rotary parameters (a multimodal one's text config), its
+    model type and family; a family not covered is an error."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in _WRAPPERS and getattr(config, "text_config", None) is not None:
+        config = config.text_config
+        model_type = getattr(config, "model_type", None)
+    family = FAMILIES.get(model_type)  # type: ignore[arg-type]
+    if family is None:
+        raise PosencError(
+            f"`config` of model_type {model_type!r} is not a family from_hf covers (it would "
+            f"risk a silently different table); covered: {', '.join(sorted(FAMILIES))}"
+        )
+    return config, model_type, family
+
+
+def _parameters(config: Any, model_type: Any) -> dict[str, Any]:
+    rp = _field(config, "rope_parameters", model_type)
+    if not isinstance(rp, dict):
+        raise PosencError(f"`config.rope_parameters` must be a dict, got {show(rp)} ({model_type})")
+    return rp
+
+
+def _known_keys(
+    config: Any, rp: dict[str, Any], kind: str, rule: _scaling.Rule, family: Family, name: str
+) -> dict[str, Any]:
+    """``rp`` without the keys rope_type ``kind`` does not take, which transformers' rotary
+    modules ignore (``_check_received_keys`` logs them; no rule's function reads them), with
+    one warning naming them. ``max_position_embeddings`` is one: the rules read the config's.
+    A key the model declares its own (``ignore_keys_at_rope_validation``) may be read by the
+    model, so one posenc does not take is an error, never dropped."""
+    takes = {*_TAKEN, *rule.required, *rule.optional} - {"max_position_embeddings"}
+    if family.sections is not None:
+        takes.update(_SECTIONS)
+    unknown = [k for k in rp if k not in takes]
+    own = set(getattr(config, "ignore_keys_at_rope_validation", None) or ()) - set(_SECTIONS)
+    for key in unknown:
+        if key in own:
+            raise PosencError(
+                f"`{name}['{key}']` is a key of the model's own that posenc does not reproduce "
+                f"(rope_type {kind!r} takes {', '.join(sorted(takes - set(_TAKEN)))})"
+            )
+    if not unknown:
+        return rp
+    one = len(unknown) == 1
+    warnings.warn(
+        f"`{name}` holds {', '.join(map(repr, unknown))}, not {'a key' if one else 'keys'} of "
+        f"rope_type {kind!r}: dropped, as transformers ignores {'it' if one else 'them'}",
+        UserWarning,
+        stacklevel=5,
+    )
+    return {k: v for k, v in rp.items() if k not in unknown}
 
 
 def _field(config: Any, name: str, model_type: Any) -> Any:
@@ -172,10 +303,10 @@ def _field(config: Any, name: str, model_type: Any) -> Any:
     return value
 
 
-def polar(r: Rotary, pos: Positions, seq_len: int | None) -> Any:
+def polar(r: Rotary, pos: Positions, seq_len: int | None, casts: Casts = ()) -> Any:
     """Llama 4's and DeepSeek-V2's complex form, as transformers computes it:
     ``polar(1, ids.float() * inv_freq) * attention_factor``, complex64."""
     x = pos.values
-    freq, factor = inv_freq(r, seq_len, device=x.device)
+    freq, factor = inv_freq(r, seq_len, x.device, casts)
     angles = x.float()[..., None] * freq
     return torch.polar(torch.ones_like(angles), angles) * factor

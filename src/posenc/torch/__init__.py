@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from posenc.torch._positions import packed_positions
 from posenc.torch.diffusion import Timesteps
+from posenc.torch.patch import PatchReport, patch
 from posenc.torch.rotary import RotaryEmbedding
 from posenc.torch.sequence import PositionalEncoding, SinusoidalEmbedding, encode
 from posenc.torch.vision import DetrSineEncoding, GridEncoding
@@ -32,10 +33,12 @@ from posenc.torch.vision import DetrSineEncoding, GridEncoding
 __all__ = [
     "DetrSineEncoding",
     "GridEncoding",
+    "PatchReport",
     "PositionalEncoding",
     "RotaryEmbedding",
     "SinusoidalEmbedding",
     "Timesteps",
     "encode",
     "packed_positions",
+    "patch",
 ]

@@ -41,13 +41,18 @@ def check_saved_tables(module: nn.Module, state: dict[str, Any], prefix: str, *a
     for name in PROBE_KEYS:
         state.pop(prefix + name, None)
     for name in SAVED_KEYS:
-        key = prefix + name
-        if key not in state:
-            continue
+        check_saved_table(module, state, prefix + name)
+
+
+def check_saved_table(module: nn.Module, state: dict[str, Any], key: str) -> None:
+    """The check of one key: popped from ``state``, quietly when it holds ``module``'s own
+    encoding; else an error (a warning under ``strict=False``). :func:`posenc.torch.patch`
+    routes the keys of the tables it replaced (``weight``, a parameter's name) here."""
+    if key in state:
         saved = state.pop(key)
         problem = _problem(module, saved)
         if problem is None:
-            continue
+            return
         message = (
             f"checkpoint key {key!r} holds {problem}. {type(module).__name__} computes its "
             "encoding and saves none: to keep this table, load it into a learned parameter "
@@ -56,7 +61,7 @@ def check_saved_tables(module: nn.Module, state: dict[str, Any], prefix: str, *a
         )
         if _loading_strictly():
             raise PosencError(message)
-        warnings.warn(f"{message}; dropped (strict=False)", UserWarning, stacklevel=3)
+        warnings.warn(f"{message}; dropped (strict=False)", UserWarning, stacklevel=4)
 
 
 def _loading_strictly() -> bool:

@@ -134,14 +134,24 @@ class RotaryEmbedding(_Tracked):
         ``model.model.rotary_emb = RotaryEmbedding.from_hf(model.config)``.
 
         Args:
-            config: a transformers config (``LlamaConfig``, ``Qwen2VLConfig``, …) of a family
-                in ``posenc.compat.transformers.FAMILIES``; any other is refused, by name.
+            config: a transformers config (``LlamaConfig``, ``Qwen2VLConfig``,
+                ``Gemma3TextConfig``, …) of a family in
+                ``posenc.compat.transformers.FAMILIES``; any other is refused, by name. Keys of
+                ``rope_parameters`` its ``rope_type`` does not take (such as
+                ``original_max_position_embeddings`` on a ``dynamic`` config) are dropped
+                with a warning, as transformers ignores them; a rotary width past the head
+                (``partial_rotary_factor`` or GPT-NeoX's ``rotary_pct`` above 1) is refused.
             compat: ``"transformers"``: transformers' float32 numbers bit for bit (not one
-                logit changes); default exact.
+                logit changes), in float32 and 16-bit models alike once this module has the
+                dtype of the replaced module's ``inv_freq`` (``model.to(torch.bfloat16)``
+                rounds that buffer, and this module moved to bf16 rounds alike); default
+                exact, whatever the module's dtype.
             device: where the module lives (it follows ``.to()``).
 
         Returns:
-            :class:`HFRotaryEmbedding`: ``forward(x, position_ids)`` as the family's module.
+            :class:`HFRotaryEmbedding`: ``forward(x, position_ids)`` as the family's module;
+            ``forward(x, position_ids, layer_type)`` for the families with one set of tables
+            per layer type (Gemma 3), which one module holds, as transformers' does.
 
         Examples:
             >>> config = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4)
@@ -149,6 +159,10 @@ class RotaryEmbedding(_Tracked):
             >>> cos, sin = rotary(torch.zeros(1, dtype=torch.bfloat16), torch.arange(8)[None])
             >>> cos.shape, cos.dtype
             (torch.Size([1, 8, 64]), torch.bfloat16)
+            >>> gemma = RotaryEmbedding.from_hf(transformers.Gemma3TextConfig(head_dim=64))
+            >>> gemma.layer_types
+            ('full_attention', 'sliding_attention')
+            >>> cos, sin = gemma(torch.zeros(1), torch.arange(8)[None], "sliding_attention")
         """
         return HFRotaryEmbedding(config, compat, device)
 

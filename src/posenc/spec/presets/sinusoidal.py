@@ -243,7 +243,8 @@ PRESETS: dict[str, Preset] = {
             "2D grid, row-major, [sin h | cos h | sin w | cos w]",
             Encoding(**_2D),  # type: ignore[arg-type]
             {"temperature": TEMPERATURE, "cls_token": MAE_CLS},
-            "MAE with its halves swapped (ViT-MAE, AIMv2, RT-DETR and D-FINE in transformers); "
+            "MAE with its halves swapped (AIMv2, RT-DETR and D-FINE in transformers; ViT-MAE "
+            "keeps MAE's own function: preset 'mae'); "
             "frequencies temperature**(-k / (dim/4)); dim % 4 == 0",
             identify=({}, {"cls_token": True}),
             identify_rank=-1,  # named before timm-2d's interleave_sin_cos, the same numbers

@@ -1,0 +1,190 @@
+"""``posenc audit PATH``: the positional encodings a local model uses, the float32 error of
+their original arithmetic, the bf16 ``.to()`` hazard, and the line that fixes them.
+
+PATH is a model directory (``config.json``), a pipeline directory (``model_index.json`` and
+one folder per component) or a ``config.json`` file, of a transformers or diffusers model.
+Only the JSON is read: nothing is downloaded, and neither library needs to be installed.
+What each config holds is recognised in :mod:`posenc.app.audit_models`; the figures are
+computed in :mod:`posenc.app.audit_figures`. A config that cannot be read, or in which
+nothing is recognised, is a :class:`~posenc.errors.PosencError` (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from posenc.app.audit_figures import torch_missing
+from posenc.app.audit_models import Finding, diffusers_findings, transformers_findings
+from posenc.errors import PosencError
+
+
+@dataclass(frozen=True)
+class Record:
+    """One positional encoding audited: a row of the table, a record of ``--json``."""
+
+    component: str
+    where: str
+    encoding: str
+    equivalent: str
+    max_position: float
+    positions: str
+    original: str
+    float32_error: float | None
+    bf16_error: float | None
+    fix: str
+    alternative: str | None
+    note: str | None
+
+
+# --- reading the configs -----------------------------------------------------------------------
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; anything else is a one-line error naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PosencError(f"no such file: {str(path)!r}") from None
+    except UnicodeDecodeError:
+        raise PosencError(f"{str(path)!r} is not a JSON text file (not UTF-8)") from None
+    except OSError as err:
+        raise PosencError(f"cannot read {str(path)!r}: {err.strerror or err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PosencError(
+            f"{str(path)!r} is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})"
+        ) from None
+    except RecursionError:
+        raise PosencError(f"{str(path)!r} is nested too deeply to read") from None
+    if not isinstance(data, dict):
+        raise PosencError(f"{str(path)!r} must hold a JSON object, got a {type(data).__name__}")
+    return data
+
+
+def configs(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(component, config)`` for every config under ``path``: one for a model, one per
+    component folder with a ``config.json`` for a pipeline."""
+    if not path.exists():
+        raise PosencError(f"no such file or directory: {str(path)!r}")
+    index = None
+    if path.is_dir():
+        if (path / "model_index.json").is_file():
+            index = path / "model_index.json"
+        elif (path / "config.json").is_file():
+            path = path / "config.json"
+        else:
+            raise PosencError(f"{str(path)!r} holds no config.json or model_index.json")
+    elif path.name == "model_index.json":
+        index = path
+    if index is None:
+        cfg = read_json(path)
+        return [(str(cfg.get("_class_name") or cfg.get("model_type") or "model"), cfg)]
+    listed = read_json(index)
+    root = index.parent
+    names = [k for k, v in listed.items() if not k.startswith("_") and isinstance(v, list)]
+    names = names or sorted(p.name for p in root.iterdir() if p.is_dir())
+    found = [(n, read_json(root / n / "config.json")) for n in names
+             if (root / n / "config.json").is_file()]  # fmt: skip
+    if not found:
+        raise PosencError(f"{str(index)!r} names no component folder with a config.json")
+    return found
+
+
+def _what(cfg: dict[str, Any]) -> str:
+    return str(cfg.get("_class_name") or cfg.get("model_type") or "unknown")
+
+
+# --- the audit ---------------------------------------------------------------------------------
+
+
+def audit(path: Path) -> tuple[list[Record], list[str]]:
+    """The records of every encoding found under ``path``, and the components in which none
+    was (with why). Nothing found at all is an error."""
+    findings: list[Finding] = []
+    skipped: list[str] = []
+    for component, cfg in configs(path):
+        diffusers = "_class_name" in cfg or "_diffusers_version" in cfg
+        read = diffusers_findings if diffusers else transformers_findings
+        try:
+            found = read(cfg, component)
+        except PosencError as err:
+            skipped.append(f"{component} ({_what(cfg)}): {err}")
+            continue
+        if not found:
+            skipped.append(f"{component} ({_what(cfg)}): no positional encoding posenc recognises")
+        findings += found
+    if not findings:
+        raise PosencError(f"{str(path)!r}: not recognised: {'; '.join(skipped)}")
+    missing = torch_missing()
+    return [_measure(f, missing) for f in findings], skipped
+
+
+def _measure(f: Finding, missing: str | None) -> Record:
+    a: float | None = None
+    b: float | None = None
+    note = f.note
+    if f.measure is not None and not (f.needs_torch and missing):
+        try:
+            a, b, extra = f.measure()
+        except PosencError as err:
+            extra = f"not measured: {err}"
+        if extra:
+            note = extra if note is None else f"{note}; {extra}"
+    elif missing:
+        note = f"float32 figures not computed: {missing}" + (f"; {note}" if note else "")
+    return Record(f.component, f.where, f.encoding, f.equivalent, float(f.max_position),
+                  f.positions, f.original, a, b, f.fix, f.alternative, note)  # fmt: skip
+
+
+# --- the output --------------------------------------------------------------------------------
+
+
+def number(x: float | None) -> str:
+    """A figure as the table prints it."""
+    return "n/a" if x is None else f"{x:.2e}"
+
+
+def _position(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
+
+
+def render(path: Path, records: list[Record], skipped: list[str]) -> str:
+    """The table, then one paragraph per row: its posenc call, what was measured, the fix."""
+    head = ("#", "where", "encoding", "largest position", "float32 error", "bf16 .to() error")
+    rows = [
+        (str(i), f"{r.component} / {r.where}", r.encoding, _position(r.max_position),
+         number(r.float32_error), number(r.bf16_error))
+        for i, r in enumerate(records, 1)
+    ]  # fmt: skip
+    widths = [max(len(row[c]) for row in [head, *rows]) for c in range(len(head))]
+    lines = [f"posenc audit {path}: {len(records)} positional encoding(s)", ""]
+    for row in [head, *rows]:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for i, r in enumerate(records, 1):
+        lines += ["", f"[{i}] {r.component} / {r.where}"]
+        lines.append(f"    posenc:   {r.equivalent}")
+        lines.append(f"    original: {r.original}")
+        lines.append(f"    measured: {r.positions}")
+        fix = r.fix + (f"   (today: {r.alternative})" if r.alternative else "")
+        lines.append(f"    fix:      {fix}")
+        if r.note:
+            lines.append(f"    note:     {r.note}")
+    if skipped:
+        lines += ["", "not audited:", *(f"  {s}" for s in skipped)]
+    return "\n".join(lines)
+
+
+def run(path: Path, *, as_json: bool = False) -> int:
+    """``posenc audit``: print the table (or the JSON records); 0, or a PosencError."""
+    records, skipped = audit(path)
+    if as_json:
+        json.dump([asdict(r) for r in records], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render(path, records, skipped))
+    return 0

@@ -1,0 +1,385 @@
+"""What ``posenc audit`` recognises in a model's config: each positional encoding a
+transformers or diffusers model computes, as a :class:`Finding` (where it is, its posenc
+equivalent, the positions to measure, the fix, and how to compute its figures).
+
+Configs are read as plain JSON dicts: neither transformers nor diffusers is imported.
+Transformers rotary configs go through :func:`posenc.compat.transformers.read_config` (a
+``types.SimpleNamespace`` of the dict, ``text_config`` included), which needs torch; a
+config with one rope-parameters set per layer type (Gemma 3) is audited one set at a time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from posenc.app import audit_figures as fig
+from posenc.errors import PosencError
+from posenc.spec.scaling import RULES
+
+PATCH = "posenc.torch.patch(model)"
+ROTARY_KEYS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_emb_base")
+
+
+@dataclass
+class Finding:
+    """One positional encoding of one component, and how to measure it.
+
+    ``measure`` returns ``(float32 error, bf16 .to() error, a note)``; each figure is None
+    where it does not apply (or cannot be computed without torch: ``needs_torch``)."""
+
+    component: str
+    where: str
+    encoding: str
+    equivalent: str
+    max_position: float
+    positions: str
+    original: str
+    fix: str
+    alternative: str | None = None
+    note: str | None = None
+    needs_torch: bool = True
+    measure: Callable[[], tuple[float | None, float | None, str | None]] | None = field(
+        default=None, repr=False
+    )
+
+
+def _call(name: str, *args: Any, **kw: Any) -> str:
+    parts = [*(str(a) for a in args), *(f"{k}={v!r}" for k, v in kw.items())]
+    return f"{name}({', '.join(parts)})"
+
+
+# --- transformers ------------------------------------------------------------------------------
+
+
+def transformers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
+    """The encodings of a transformers config (``model_type``); [] when none is recognised.
+    A rotary config that ``read_config`` refuses even as a generic model raises its error."""
+    mt = cfg.get("model_type")
+    if mt == "whisper":
+        return [_whisper(cfg, component)]
+    if mt in ("marian", "pegasus"):
+        return [_marian(cfg, component)]
+    if mt == "vit_mae":
+        return [_mae(cfg, component)]
+    text = cfg.get("text_config")
+    source = cfg
+    if isinstance(text, dict) and _has_rotary(text) and not _has_rotary(cfg, own=True):
+        source, component = text, f"{component} (text_config)"
+    if not _has_rotary(source):
+        return []
+    return _rotary(_modern(source), component)
+
+
+def _has_rotary(cfg: dict[str, Any], own: bool = False) -> bool:
+    if any(cfg.get(k) is not None for k in ROTARY_KEYS):
+        return True
+    text = cfg.get("text_config")
+    return not own and isinstance(text, dict) and _has_rotary(text)
+
+
+def _modern(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A config dict with ``rope_parameters`` (transformers 5), from the 4.x fields
+    (``rope_theta``, ``rope_scaling``, ``rotary_pct``) where it has none."""
+    out = dict(cfg)
+    if isinstance(out.get("text_config"), dict):
+        out["text_config"] = _modern(out["text_config"])
+    if out.get("model_type") in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") and "text_config" not in out:
+        out["model_type"] += "_text"  # a 4.x multimodal config: the text model's fields
+    if out.get("rope_parameters") is not None:
+        return out
+    rp = dict(out.get("rope_scaling") or {})
+    theta = out.get("rope_theta", out.get("rotary_emb_base"))
+    if theta is not None:
+        rp.setdefault("rope_theta", theta)
+    if "type" in rp and "rope_type" not in rp:
+        rp["rope_type"] = rp.pop("type")
+    if rp.get("rope_type") == "mrope":
+        rp["rope_type"] = "default"
+    partial = out.get("partial_rotary_factor", out.get("rotary_pct"))
+    if partial is not None:
+        rp.setdefault("partial_rotary_factor", partial)
+    out["rope_parameters"] = rp
+    return out
+
+
+def _namespace(cfg: dict[str, Any]) -> SimpleNamespace:
+    ns = SimpleNamespace(**cfg)
+    if isinstance(cfg.get("text_config"), dict):
+        ns.text_config = _namespace(cfg["text_config"])
+    return ns
+
+
+def _rotary(cfg: dict[str, Any], component: str) -> list[Finding]:
+    rp = cfg["rope_parameters"]
+    sets: list[tuple[str | None, str]] = [(None, "rotary_emb")]
+    if isinstance(rp, dict) and rp and all(isinstance(v, dict | None) for v in rp.values()):
+        sets = [(k, f"rotary_emb ({k} layers)") for k, v in rp.items() if isinstance(v, dict)]
+    if fig.torch_missing():
+        return [_rotary_unread(cfg, component, where, kind) for kind, where in sets]
+    return [_rotary_read(cfg, component, where, kind) for kind, where in sets]
+
+
+def _rotary_unread(cfg: dict[str, Any], component: str, where: str, layer: str | None) -> Finding:
+    """Without torch (``read_config`` needs it): what the dict says, unmeasured."""
+    rp = cfg.get("rope_parameters") or {}
+    rp = rp[layer] if layer is not None else rp
+    n = int(cfg.get("max_position_embeddings") or 0)
+    return Finding(component, where, f"rotary {rp.get('rope_type', 'default')}, base "
+                   f"{rp.get('rope_theta')}", "RotaryEmbedding.from_hf(config)", n,
+                   f"0…{n - 1}", "transformers float32", PATCH)  # fmt: skip
+
+
+def _read(cfg: dict[str, Any], layer: str | None) -> tuple[Any, str, list[str]]:
+    """``read_config`` of the config, for one layer type's set: by the per-layer reading
+    where ``read_config`` has one, else that set alone as a config of its own, else (a model
+    type from_hf does not cover) as a generic rotary model. Returns the result, how it was
+    read (``"family"``, ``"alone"``, ``"generic"``) and the warnings ``read_config`` gave."""
+    from posenc.compat import transformers as hf
+
+    attempts: list[tuple[SimpleNamespace, str | None, str]] = []
+    if layer is not None and "layer_type" in inspect.signature(hf.read_config).parameters:
+        attempts.append((_namespace(cfg), layer, "family"))
+    alone = {**cfg, "rope_parameters": cfg["rope_parameters"][layer]} if layer else cfg
+    attempts.append((_namespace(alone), None, "alone" if layer else "family"))
+    if cfg.get("model_type") not in hf.FAMILIES and not isinstance(cfg.get("text_config"), dict):
+        partial = alone["rope_parameters"].get("partial_rotary_factor", 1.0)
+        generic = {**alone, "model_type": "gpt_neox" if partial != 1.0 else "llama"}
+        attempts.append((_namespace(generic), None, "generic"))
+    first: PosencError | None = None
+    for ns, layer_type, how in attempts:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = hf.read_config(ns, layer_type) if layer_type else hf.read_config(ns)
+            except PosencError as err:
+                first = first or err
+                continue
+        return out, how, [" ".join(str(w.message).split()) for w in caught]
+    assert first is not None
+    raise first
+
+
+def _rotary_read(cfg: dict[str, Any], component: str, where: str, layer: str | None) -> Finding:
+    hf, how, said = _read(cfg, layer)
+    kw = dict(hf.keywords)
+    n = hf.max_position_embeddings or 0
+    note = "; ".join(said) or None
+    if not n:
+        n = 4096
+        note = _join(note, "the config has no max_position_embeddings: measured up to 4096")
+    kind = kw.get("scaling", {}).get("rope_type", "default")
+    label = f"rotary {kind}, d={kw['dim']}, base {kw['base']:g}"
+    if kw.get("sections"):
+        label += f", sections {tuple(kw['sections'])}"
+    if kw["layout"] != "halves":
+        label += f", {kw['layout']}"
+    alt = None
+    if how == "generic":
+        why = f"model_type {cfg.get('model_type')!r} is not a family from_hf covers: audited"
+        note = _join(note, f"{why} as a generic rotary model ({kw['layout']} assumed)")
+    elif how == "alone":
+        note = _join(note, "one rope_parameters set per layer type: each audited on its own")
+    else:
+        module = "model.model.language_model" if hf.family.sections else "model.model"
+        alt = f"{module}.rotary_emb = RotaryEmbedding.from_hf(model.config)"
+    if kind in RULES and RULES[kind].uses_seq_len:
+        note = _join(note, f"{kind}: the module recomputes inv_freq in float32 when the length "
+                     "changes; the bf16 figure holds until then")  # fmt: skip
+    _, words = fig.sample(n)
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        a, b = fig.rotary_figures(kw, n)
+        return a, b, None
+
+    return Finding(component, where, label, _rope_call(kw), n - 1, words,
+                   "transformers float32 (compat='transformers')", PATCH, alt, note,
+                   measure=measure)  # fmt: skip
+
+
+def _rope_call(kw: dict[str, Any]) -> str:
+    """``posenc.rope(ids, d, ...)``: by a rotary preset's name where one has these keywords."""
+    from posenc.api.presets import presets
+    from posenc.spec.presets import get_rotary_preset
+
+    rest = {k: v for k, v in kw.items() if k != "dim"}
+    default = {"base": 10000.0, "layout": "halves", "interleave_sections": False}
+    given = {**default, **rest}
+    if given.get("sections") is not None:
+        given["sections"] = tuple(given["sections"])
+    for name in presets("rotary") if given != default else ():
+        if {**default, **get_rotary_preset(name).rotary} == given:
+            return _call("posenc.rope", "ids", kw["dim"], preset=name)
+    shown = {k: v for k, v in rest.items() if default.get(k) != v}
+    return _call("posenc.rope", "ids", kw["dim"], **shown)
+
+
+def _join(a: str | None, b: str) -> str:
+    return b if a is None else f"{a}; {b}"
+
+
+def _whisper(cfg: dict[str, Any], component: str) -> Finding:
+    n, d = int(cfg.get("max_source_positions", 1500)), int(cfg.get("d_model", 384))
+    call = _call("posenc.table", n, d, preset="whisper")
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        a, b = fig.table_figures("whisper", n, d, {}, float32_original=True)
+        return a, b, None
+
+    return Finding(component, "encoder.embed_positions", f"sinusoid whisper, {n} x {d}", call,
+                   n - 1, f"all {n} rows (0…{n - 1})",
+                   "OpenAI whisper sinusoids, float32 (compat='original')", PATCH,
+                   f"model.model.encoder.embed_positions.weight.copy_({call[:-1]}, "
+                   "dtype=torch.float32))",
+                   "decoder positions are learned: not audited", measure=measure)  # fmt: skip
+
+
+def _marian(cfg: dict[str, Any], component: str) -> Finding:
+    n, d = int(cfg.get("max_position_embeddings", 1024)), int(cfg.get("d_model", 1024))
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        a, b = fig.table_figures("marian", n, d, {}, float32_original=False)
+        return a, b, None
+
+    return Finding(component, "encoder/decoder embed_positions", f"sinusoid marian, {n} x {d}",
+                   _call("posenc.table", n, d, preset="marian"), n - 1, f"all {n} rows (0…{n - 1})",
+                   "transformers MarianSinusoidalPositionalEmbedding: float64, rounded once "
+                   "(exact)", PATCH, needs_torch=False, measure=measure)  # fmt: skip
+
+
+def _mae(cfg: dict[str, Any], component: str) -> Finding:
+    image, patch = cfg.get("image_size", 224), cfg.get("patch_size", 16)
+    image = image[0] if isinstance(image, list | tuple) else image
+    patch = patch[0] if isinstance(patch, list | tuple) else patch
+    side, d = int(image) // int(patch), int(cfg.get("hidden_size", 768))
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        a, b = fig.grid_figures("mae", side, d, {"cls_token": True})
+        return a, b, None
+
+    return Finding(component, "embeddings.position_embeddings",
+                   f"2D sin-cos mae, {side}x{side} + cls, d={d}",
+                   _call("posenc.grid", (side, side), d, preset="mae", cls_token=True),
+                   side - 1, f"all {side}x{side} cells and the cls row",
+                   "transformers build_2d_sinusoidal_position_embedding: float64, rounded once "
+                   "(exact)", PATCH, needs_torch=False, measure=measure)  # fmt: skip
+
+
+# --- diffusers ---------------------------------------------------------------------------------
+
+
+def timestep(component: str, where: str, dim: int, flip: bool, shift: float,
+             t: np.ndarray, words: str, alternative: str | None = None) -> Finding:  # fmt: skip
+    """diffusers ``Timesteps(dim, flip_sin_to_cos, downscale_freq_shift)`` at timesteps ``t``."""
+    options = {"flip_sin_to_cos": bool(flip), "downscale_freq_shift": shift}
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        return fig.timestep_figure(dim, options, t), None, None
+
+    return Finding(component, where, f"timestep, d={dim}",
+                   _call("posenc.encode", "t", dim, preset="timestep", **options),
+                   float(np.max(t)), words, "diffusers get_timestep_embedding, float32 "
+                   "(compat='original')", PATCH, alternative,
+                   "computed per call in float32, then cast: no bf16 buffer",
+                   measure=measure)  # fmt: skip
+
+
+def patch_grid(component: str, side: int, dim: int, base_size: float, scale: float) -> Finding:
+    """diffusers ``PatchEmbed``'s ``pos_embed`` buffer (``get_2d_sincos_pos_embed``)."""
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        a, b = fig.patch_grid_figures(side, dim, base_size, scale)
+        return a, b, None
+
+    pos = (side - 1) / (side / base_size) / scale
+    return Finding(component, "pos_embed.pos_embed", f"2D sin-cos diffusers-2d, {side}x{side}, "
+                   f"d={dim}", _call("posenc.grid", (side, side), dim, preset="diffusers-2d",
+                   base_size=base_size, interpolation_scale=scale),
+                   pos, f"all {side}x{side} cells",
+                   "diffusers get_2d_sincos_pos_embed: float32 positions, float64 sin/cos, "
+                   "float32 buffer", PATCH, needs_torch=False, measure=measure)  # fmt: skip
+
+
+def axial(component: str, axes_dim: tuple[int, ...], theta: float, side: int) -> Finding:
+    """FLUX's ``FluxPosEmbed``: axial rotary, float64 on CPU/CUDA, float32 on MPS/NPU."""
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        a, mps = fig.axial_figures(axes_dim, theta, side)
+        return a, None, f"on MPS/NPU diffusers computes in float32: error {mps:.3g} there"
+
+    extra: dict[str, Any] = {}
+    if tuple(axes_dim) != (16, 56, 56):
+        extra["axes_dim"] = tuple(axes_dim)
+    if float(theta) != 10000.0:
+        extra["base"] = float(theta)
+
+    return Finding(component, "pos_embed (FluxPosEmbed)",
+                   f"axial rotary, axes {tuple(axes_dim)}, base {theta:g}",
+                   _call("posenc.rope", "ids", sum(axes_dim), preset="flux", **extra),
+                   side - 1, f"ids (0, h, w) for h, w < {side} (2048 px images; the config "
+                   "holds no resolution)",
+                   "diffusers FluxPosEmbed: float64 on CPU/CUDA (exact, rounded once), float32 "
+                   "on MPS/NPU", "none needed on CPU/CUDA; on MPS/NPU: " + PATCH,
+                   note="computed per call: no bf16 buffer", needs_torch=False,
+                   measure=measure)  # fmt: skip
+
+
+DDPM_T = np.arange(1000.0)
+DDPM_WORDS = "timesteps 0…999 (1000 training steps)"
+FLOW_T = np.arange(0.0, 1000.25, 0.25)
+FLOW_WORDS = "t = 1000 sigma: 0…1000 in steps of 0.25"
+
+
+def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
+    """The encodings of a diffusers model config (``_class_name``); [] when none is
+    recognised: a UNet's timestep embedding, a patch transformer's ``pos_embed`` grid and
+    timestep embedding (DiT, PixArt, SD3), FLUX's axial rotary and timestep embedding."""
+    name = str(cfg.get("_class_name", ""))
+    out: list[Finding] = []
+    channels = cfg.get("block_out_channels")
+    if "time_embedding_type" in cfg or name.startswith("UNet"):
+        if cfg.get("time_embedding_type", "positional") == "positional" and channels:
+            d, flip = int(channels[0]), bool(cfg.get("flip_sin_to_cos", True))
+            shift = cfg.get("freq_shift", 0)
+            alt = _call("model.time_proj = posenc.torch.Timesteps", d, flip_sin_to_cos=flip,
+                        downscale_freq_shift=shift)  # fmt: skip
+            out.append(timestep(component, "time_proj", d, flip, shift, DDPM_T, DDPM_WORDS, alt))
+        return out
+    if "axes_dims_rope" in cfg or name.startswith("Flux"):
+        axes = tuple(int(a) for a in cfg.get("axes_dims_rope", (16, 56, 56)))
+        out.append(axial(component, axes, 10000.0, 128))
+        where = "time_text_embed.time_proj" + (
+            " (and guidance)" if cfg.get("guidance_embeds") else ""
+        )
+        out.append(timestep(component, where, 256, True, 0, FLOW_T, FLOW_WORDS))
+        return out
+    heads, head_dim = cfg.get("num_attention_heads"), cfg.get("attention_head_dim")
+    patch, size = cfg.get("patch_size"), cfg.get("sample_size")
+    if not (heads and head_dim and patch and size and cfg.get("in_channels")):
+        return out
+    size = size[0] if isinstance(size, list | tuple) else size
+    inner, base = int(heads) * int(head_dim), int(size) // int(patch)
+    sd3 = name.startswith("SD3") or cfg.get("pos_embed_max_size")
+    if sd3:
+        side, scale = int(cfg.get("pos_embed_max_size") or base), 1.0
+    elif name.startswith("DiT"):
+        side, scale = base, 1.0
+    else:
+        side, scale = base, float(cfg.get("interpolation_scale") or max(int(size) // 64, 1))
+    out.append(patch_grid(component, side, inner, base, scale))
+    if sd3:
+        out.append(timestep(component, "time_text_embed.time_proj", 256, True, 0, FLOW_T,
+                            FLOW_WORDS))  # fmt: skip
+    elif cfg.get("norm_type") == "ada_norm_single" or name.startswith("PixArt"):
+        out.append(timestep(component, "adaln_single.emb.time_proj", 256, True, 0, DDPM_T,
+                            DDPM_WORDS))  # fmt: skip
+    elif cfg.get("norm_type") == "ada_norm_zero" or name.startswith("DiT"):
+        out.append(timestep(component, "transformer_blocks.*.norm1.emb.time_proj", 256, True, 1,
+                            DDPM_T, DDPM_WORDS))  # fmt: skip
+    return out

@@ -1,0 +1,229 @@
+"""The machinery of :func:`posenc.torch.patch`: what a recogniser returns (:class:`Found`), what
+the report holds (:class:`Replacement`), how a difference is measured, and a tensor-like module
+for tables a model keeps in a parameter (ViT-MAE, timm).
+
+A recogniser is a function ``(path, module, root) -> Found | None`` of one model library
+(``_patch_transformers.py``; diffusers and timm would be one file each): it looks at one
+module of the model, by class name and module path (the library itself is never imported),
+and says what posenc module stands in for it, built from the original's own configuration
+and state, or why it is left alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from posenc.torch._base import _Tracked
+from posenc.torch._checkpoint import check_saved_table
+
+EXACT, COMPAT = "exact", "compat"
+LEARNED = "learned, left alone"
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """One row of a :class:`~posenc.torch.PatchReport`.
+
+    Attributes:
+        path: where the module (or parameter) sits in the model (``model.rotary_emb``).
+        original: the original's class name (``LlamaRotaryEmbedding``, ``Parameter``).
+        replacement: what stands there now (or would, with ``dry_run``), in words; empty
+            when left alone.
+        mode: ``"exact"``, ``"compat"``, or None when left alone.
+        max_diff: the largest ``|original - exact|`` over the model's own range (its
+            ``max_position_embeddings``, ``max_source_positions`` or image grid); None when
+            not measured.
+        note: what else to know: why it was left alone, what the range was.
+    """
+
+    path: str
+    original: str
+    replacement: str
+    mode: str | None
+    max_diff: float | None
+    note: str = ""
+
+    @property
+    def replaced(self) -> bool:
+        """The module was (or, with ``dry_run``, would be) replaced."""
+        return self.mode is not None
+
+
+@dataclass
+class Found:
+    """What a recogniser found at a path.
+
+    Attributes:
+        original: the original's class name, for the report.
+        description: what replaces it, in words (``RotaryEmbedding.from_hf('llama')``).
+        build: ``compat`` (None or ``"original"``) -> the module to put in place, or a string
+            saying why there is none in that mode. None: left alone, ``note`` says why.
+        numbers: the original's numbers over the model's range, chunk by chunk (it must not
+            change the original's state: rotary modules are copied first).
+        probe: the same numbers from a replacement, chunk for chunk.
+        note: why it is left alone, or what the range was.
+        attribute: the replacement takes the place of this parameter of the module (a table
+            kept in an ``nn.Parameter``), not of the module itself.
+    """
+
+    original: str
+    description: str = ""
+    build: Callable[[str | None], nn.Module | str] | None = None
+    numbers: Callable[[], Iterable[Tensor]] | None = None
+    probe: Callable[[nn.Module], Iterable[Tensor]] | None = None
+    note: str = ""
+    attribute: str | None = None
+
+
+Recogniser = Callable[[str, nn.Module, nn.Module], Found | None]
+"""``(path, module, root) -> Found | None``: None when the module is not one it knows."""
+
+
+def left_alone(original: str, note: str, attribute: str | None = None) -> Found:
+    """A :class:`Found` that replaces nothing, saying why."""
+    return Found(original, note=note, attribute=attribute)
+
+
+def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool]:
+    """The largest difference of two runs chunk for chunk (in float64), and whether they were
+    equal bit for bit (same dtypes and values)."""
+    largest, equal = 0.0, True
+    for a, b in zip(original, other, strict=True):
+        equal = equal and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        if a.numel():
+            diff = float((a.detach().double() - b.detach().double().to(a.device)).abs().max())
+            largest = max(largest, diff) if math.isfinite(diff) else math.inf
+    return largest, equal
+
+
+def chunks(n: int, size: int = 32768) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` runs covering ``0 … n - 1``."""
+    for start in range(0, n, size):
+        yield start, min(n, start + size)
+
+
+def is_posenc(module: nn.Module) -> bool:
+    """A posenc module (or a replacement :func:`patch` put in place): never patched again."""
+    return isinstance(module, _Tracked) or type(module).__module__.startswith("posenc.")
+
+
+def from_library(module: Any, library: str) -> bool:
+    """``module``'s class is defined in ``library`` (``"transformers"``), by its module path."""
+    return type(module).__module__.startswith(library + ".")
+
+
+def float_dtype(module: nn.Module) -> torch.dtype | None:
+    """The dtype of the module's own floating tensors (parameters and buffers), if any."""
+    for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+        if t.is_floating_point():
+            return t.dtype
+    return None
+
+
+def device_of(module: nn.Module) -> torch.device:
+    for t in (*module.parameters(), *module.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+class TableParameter(_Tracked):
+    """Stands in for a table a model kept in an ``nn.Parameter`` (``[1, rows, d]``, ViT-MAE's
+    ``position_embeddings``): reads as that tensor does (slicing, ``shape``, arithmetic, torch
+    functions), holds the exact table in the module's dtype and device, saves nothing.
+
+    ``table`` is built by ``make(dtype, device)``; its parent module routes the checkpoint key
+    of the parameter it replaced to this module's check (:func:`route_key`).
+    """
+
+    def __init__(
+        self,
+        make: Callable[[torch.dtype, torch.device], Tensor],
+        expected: Callable[[int], Any],
+        largest: Callable[[int], int],
+        *,
+        dtype: torch.dtype,
+        device: Any,
+        description: str,
+    ) -> None:
+        super().__init__(device=device, dtype=dtype)
+        self._make, self._expected, self._largest = make, expected, largest
+        self.description = description
+        self._table: Tensor | None = None
+
+    @property
+    def table(self) -> Tensor:
+        """The table, as the parameter held it, in the module's dtype and on its device."""
+        if self._table is None:
+            self._table = self._make(self._dtype, self._device)
+        return self._table
+
+    def _moved(self) -> None:
+        self._table = None
+
+    def forward(self) -> Tensor:
+        """The table (as the parameter read)."""
+        return self.table
+
+    def _expected_table(self, rows: int) -> Any:
+        return self._expected(rows)
+
+    def _largest_position(self, rows: int) -> int:
+        return self._largest(rows)
+
+    shape = property(lambda self: self.table.shape)
+    dtype = property(lambda self: self.table.dtype)
+    device = property(lambda self: self.table.device)
+    ndim = property(lambda self: self.table.ndim)
+
+    def size(self, *dim: int) -> Any:
+        return self.table.size(*dim)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        out: Tensor = self.table[index]
+        return out
+
+    def __add__(self, other: Any) -> Tensor:
+        out: Tensor = self.table + other
+        return out
+
+    def __radd__(self, other: Any) -> Tensor:
+        out: Tensor = other + self.table
+        return out
+
+    def __mul__(self, other: Any) -> Tensor:
+        out: Tensor = self.table * other
+        return out
+
+    __rmul__ = __mul__
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        def unwrap(x: Any) -> Any:
+            if isinstance(x, TableParameter):
+                return x.table
+            if isinstance(x, (list, tuple)):
+                return type(x)(unwrap(v) for v in x)
+            return x
+
+        return func(*unwrap(args), **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+
+    def extra_repr(self) -> str:
+        return self.description
+
+
+def route_key(parent: nn.Module, name: str, child: nn.Module) -> None:
+    """Route the checkpoint key ``<parent>.<name>`` (a parameter ``child`` replaced) to
+    ``child``'s checkpoint check: the same table loads quietly, another one is an error."""
+
+    def hook(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
+        check_saved_table(child, state, prefix + name)
+
+    parent._register_load_state_dict_pre_hook(hook, with_module=True)  # type: ignore[no-untyped-call]

@@ -1,0 +1,301 @@
+"""``posenc audit``, run as a user would: configs written by transformers and diffusers
+themselves (small sizes, nothing downloaded), the command in a subprocess, its table and
+``--json`` read back, and the figures checked against the originals computed here."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.test_cli import assert_one_line_error, run
+
+torch = pytest.importorskip("torch")
+
+SMALL = {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+         "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 1000}  # fmt: skip
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192, "rope_theta": 500000.0}  # fmt: skip
+
+
+def _hf(folder: Path, config: Any) -> None:
+    folder.mkdir()
+    (folder / "config.json").write_text(config.to_json_string(use_diff=False))
+
+
+def _transformers_configs(root: Path) -> None:
+    T = pytest.importorskip("transformers")
+    T.logging.set_verbosity_error()
+    _hf(root / "llama31", T.LlamaConfig(**SMALL, max_position_embeddings=131072,
+                                        rope_parameters=dict(LLAMA3)))  # fmt: skip
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+            "rope_theta": 1000000.0}  # fmt: skip
+    _hf(root / "qwen2", T.Qwen2Config(**SMALL, max_position_embeddings=131072,
+                                      rope_parameters=yarn))  # fmt: skip
+    layers = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}  # fmt: skip
+    _hf(root / "gemma3", T.Gemma3TextConfig(**{**SMALL, "num_key_value_heads": 1}, head_dim=64,
+                                            max_position_embeddings=131072,
+                                            rope_parameters=layers))  # fmt: skip
+    _hf(root / "neox", T.GPTNeoXConfig(**SMALL, max_position_embeddings=2048))
+    longrope = {"rope_type": "longrope", "short_factor": [1.0] * 32, "rope_theta": 10000.0,
+                "long_factor": [1.0 + 0.25 * i for i in range(32)]}  # fmt: skip
+    _hf(root / "phi3", T.Phi3Config(**SMALL, max_position_embeddings=131072,
+                                    original_max_position_embeddings=4096,
+                                    rope_parameters=longrope))  # fmt: skip
+    text = {**SMALL, "max_position_embeddings": 32768, "rope_parameters": {
+        "rope_type": "default", "mrope_section": [8, 12, 12], "rope_theta": 1000000.0}}  # fmt: skip
+    vision = {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2}
+    _hf(root / "qwen2vl", T.Qwen2VLConfig(text_config=text, vision_config=vision))
+    small = {"d_model": 64, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 100,
+             "encoder_attention_heads": 2, "decoder_attention_heads": 2}  # fmt: skip
+    _hf(root / "whisper", T.WhisperConfig(**small, max_source_positions=1500))
+    _hf(root / "marian", T.MarianConfig(**small, max_position_embeddings=512))
+    mae = {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1}
+    _hf(
+        root / "vitmae", T.ViTMAEConfig(**mae, intermediate_size=128, image_size=224, patch_size=16)
+    )
+
+
+def _diffusers_models(root: Path) -> dict[str, Any]:
+    D = pytest.importorskip("diffusers")
+    models = {
+        "unet": D.UNet2DModel(sample_size=32, block_out_channels=(32, 64), layers_per_block=1,
+                              down_block_types=("DownBlock2D", "DownBlock2D"),
+                              up_block_types=("UpBlock2D", "UpBlock2D"), norm_num_groups=8,
+                              flip_sin_to_cos=False, freq_shift=1),
+        "dit": D.Transformer2DModel(num_attention_heads=2, attention_head_dim=32, in_channels=4,
+                                    num_layers=1, sample_size=48, patch_size=2,
+                                    norm_type="ada_norm_zero", num_embeds_ada_norm=1000,
+                                    interpolation_scale=3.0),
+        "flux": D.FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1,
+                                         num_single_layers=1, attention_head_dim=16,
+                                         num_attention_heads=2, joint_attention_dim=32,
+                                         pooled_projection_dim=32, axes_dims_rope=(4, 6, 6)),
+    }  # fmt: skip
+    for name, model in models.items():
+        model.save_config(str(root / name))
+    return models
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def models(root) -> dict[str, Any]:
+    _transformers_configs(root)
+    return _diffusers_models(root)
+
+
+_RUNS: dict[tuple[str, bool], Any] = {}
+
+
+def audit(root: Path, name: str, as_json: bool = False) -> Any:
+    """The command's output for one model folder (each run once per module)."""
+    key = (str(root / name), as_json)
+    if key not in _RUNS:
+        proc = run("audit", str(root / name), *(["--json"] if as_json else []))
+        assert proc.returncode == 0, proc.stderr
+        _RUNS[key] = json.loads(proc.stdout) if as_json else proc.stdout
+    return _RUNS[key]
+
+
+EXPECTED = {  # model folder: what each row's encoding and posenc equivalent say
+    "llama31": [("rotary llama3, d=64, base 500000", "preset='llama3'")],
+    "qwen2": [("rotary yarn, d=64", "'rope_type': 'yarn'")],
+    "gemma3": [("rotary linear, d=64, base 1e+06", "'factor': 8.0"),
+               ("rotary default, d=64, base 10000", "posenc.rope(ids, 64)")],
+    "neox": [("rotary default, d=16", "posenc.rope(ids, 16)")],
+    "phi3": [("rotary longrope, d=64", "'long_factor'")],
+    "qwen2vl": [("sections (8, 12, 12)", "sections=(8, 12, 12)")],
+    "whisper": [("sinusoid whisper, 1500 x 64", "posenc.table(1500, 64, preset='whisper')")],
+    "marian": [("sinusoid marian, 512 x 64", "posenc.table(512, 64, preset='marian')")],
+    "vitmae": [("2D sin-cos mae, 14x14", "grid((14, 14), 64, preset='mae', cls_token=True)")],
+    "unet": [("timestep, d=32", "flip_sin_to_cos=False, downscale_freq_shift=1")],
+    "dit": [("diffusers-2d, 24x24, d=64", "base_size=24, interpolation_scale=3.0"),
+            ("timestep, d=256", "flip_sin_to_cos=True, downscale_freq_shift=1")],
+    "flux": [("axial rotary, axes (4, 6, 6)", "preset='flux', axes_dim=(4, 6, 6)"),
+             ("timestep, d=256", "downscale_freq_shift=0")],
+}  # fmt: skip
+ROTARY = ("llama31", "qwen2", "gemma3", "neox", "phi3", "qwen2vl")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_encoding_is_named_with_its_figures(models, root, name):
+    records = audit(root, name, as_json=True)
+    assert len(records) == len(EXPECTED[name])
+    for r, (encoding, equivalent) in zip(records, EXPECTED[name], strict=True):
+        assert encoding in r["encoding"], r
+        assert equivalent in r["equivalent"], r
+        assert r["fix"]
+        assert "posenc.torch.patch(model)" in r["fix"]
+        assert isinstance(r["float32_error"], float), r
+        assert r["positions"]
+        assert r["max_position"] > 0
+    if name in ROTARY:
+        for r in records:
+            assert 1e-5 < r["float32_error"] < 1, r  # float32 angles at the largest positions
+            assert r["bf16_error"] > 1e-3, r  # a bf16 inv_freq drifts much further
+            assert "compat='transformers'" in r["original"]
+    if name in ("marian", "vitmae"):  # float64 originals: one rounding to float32
+        assert records[0]["float32_error"] < 1e-7
+        assert 1e-4 < records[0]["bf16_error"] < 4e-3
+    if name == "whisper":
+        assert 1e-6 < records[0]["float32_error"] < 1e-3
+    if name == "flux":
+        assert records[0]["float32_error"] < 1e-7  # float64 on CPU/CUDA
+        assert "MPS" in records[0]["note"]
+        assert "MPS" in records[0]["fix"]
+    for r in records:
+        if r["encoding"].startswith("timestep"):
+            assert 1e-8 < r["float32_error"] < 1e-2
+            assert r["bf16_error"] is None
+
+
+def test_per_layer_types_and_alternatives(models, root):
+    gemma = audit(root, "gemma3", as_json=True)
+    assert [r["where"] for r in gemma] == [
+        "rotary_emb (full_attention layers)",
+        "rotary_emb (sliding_attention layers)",
+    ]
+    llama = audit(root, "llama31", as_json=True)[0]
+    assert llama["alternative"] == "model.model.rotary_emb = RotaryEmbedding.from_hf(model.config)"
+    assert llama["max_position"] == 131071
+    assert "last 4096" in llama["positions"]
+    vl = audit(root, "qwen2vl", as_json=True)[0]
+    assert "language_model" in vl["alternative"]
+
+
+@pytest.mark.parametrize("name", ["llama31", "gemma3", "dit", "flux"])
+def test_the_table_carries_the_json_numbers(models, root, name):
+    from posenc.app.audit import number
+
+    table = audit(root, name)
+    records = audit(root, name, as_json=True)
+    rows = table.splitlines()
+    for i, r in enumerate(records, 1):
+        row = next(line for line in rows if line.startswith(f"{i} "))
+        assert r["where"] in row
+        assert r["encoding"] in row
+        assert number(r["float32_error"]) in row
+        assert number(r["bf16_error"]) in row
+        assert r["equivalent"] in table
+        assert r["fix"] in table
+
+
+def _llama3_inv_freq(xp: Any, inv: Any, p: dict[str, float]) -> Any:
+    """transformers' _compute_llama3_parameters, in the array library ``xp`` given."""
+    old, low, high, factor = (p["original_max_position_embeddings"], p["low_freq_factor"],
+                              p["high_freq_factor"], p["factor"])  # fmt: skip
+    wavelen = 2 * math.pi / inv
+    scaled = xp.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return xp.where(medium, smoothed, scaled)
+
+
+def test_llama3_figures_match_an_independent_evaluation(models, root):
+    """float64 NumPy of the formula against transformers' float32 arithmetic written here:
+    the figures the command prints, within 10%."""
+    record = audit(root, "llama31", as_json=True)[0]
+    d, n = 64, 131072
+    ids = np.concatenate([np.linspace(0, n - 4096, 1024, endpoint=False).astype(np.int64),
+                          np.arange(n - 4096, n)])  # fmt: skip
+    inv64 = _llama3_inv_freq(np, 500000.0 ** (-np.arange(0, d, 2) / d), LLAMA3)
+    angles = ids[:, None].astype(np.float64) * inv64
+    exact = np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
+    base = 1.0 / (500000.0 ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    inv32 = _llama3_inv_freq(torch, base, LLAMA3)
+    for key, freq in (("float32_error", inv32), ("bf16_error", inv32.to(torch.bfloat16).float())):
+        a = torch.from_numpy(ids).float()[:, None] * freq[None, :]
+        ours = torch.cat([a.cos(), a.sin()], dim=1).double().numpy()
+        err = float(np.abs(ours - exact).max())
+        assert err == pytest.approx(record[key], rel=0.1), key
+    assert 1e-4 < record["float32_error"] < 5e-2  # the known 1e-3 scale at 131072 positions
+
+
+def test_diffusers_figures_match_the_modules(models, root):
+    """The buffers and embeddings diffusers builds itself, against posenc's exact ones."""
+    import posenc
+
+    dit = audit(root, "dit", as_json=True)
+    buffer = models["dit"].pos_embed.pos_embed[0].double().numpy()
+    exact = posenc.grid((24, 24), 64, preset="diffusers-2d", base_size=24,
+                        interpolation_scale=3.0, dtype=np.float64)  # fmt: skip
+    assert float(np.abs(buffer - exact).max()) == pytest.approx(dit[0]["float32_error"], rel=0.1)
+    assert dit[0]["float32_error"] > 1e-8  # the float32 positions i / 3 are off
+    t = torch.arange(1000)
+    unet = audit(root, "unet", as_json=True)[0]
+    ours = models["unet"].time_proj(t).double().numpy()
+    exact = posenc.encode(np.arange(1000.0), 32, preset="timestep", flip_sin_to_cos=False,
+                          downscale_freq_shift=1, dtype=np.float64)  # fmt: skip
+    assert float(np.abs(ours - exact).max()) == pytest.approx(unet["float32_error"], rel=0.1)
+
+
+def test_a_pipeline_audits_each_component(models, root, tmp_path):
+    (tmp_path / "transformer").mkdir()
+    flux = (root / "flux" / "config.json").read_text()
+    (tmp_path / "transformer" / "config.json").write_text(flux)
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "vae" / "config.json").write_text('{"_class_name": "AutoencoderKL"}')
+    index = {"_class_name": "FluxPipeline", "transformer": ["diffusers", "FluxTransformer2DModel"],
+             "vae": ["diffusers", "AutoencoderKL"], "scheduler": ["diffusers", "X"]}  # fmt: skip
+    (tmp_path / "model_index.json").write_text(json.dumps(index))
+    proc = run("audit", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "transformer / pos_embed (FluxPosEmbed)" in proc.stdout
+    assert "vae (AutoencoderKL): no positional encoding" in proc.stdout
+
+
+def test_an_unknown_rotary_model_is_audited_as_generic(tmp_path):
+    cfg = {"model_type": "mystery", "hidden_size": 256, "num_attention_heads": 4,
+           "max_position_embeddings": 4096,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    proc = run("audit", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    (record,) = json.loads(proc.stdout)
+    assert "generic rotary model" in record["note"]
+    assert record["alternative"] is None
+    assert 1e-6 < record["float32_error"] < 1e-2
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (None, "no such file"),
+        ('{"model_type": "llama",', "not valid JSON"),
+        ("[1, 2]", "must hold a JSON object"),
+        ('{"model_type": "bert", "max_position_embeddings": 512}', "not recognised"),
+        ('{"_class_name": "AutoencoderKL"}', "no positional encoding posenc recognises"),
+    ],
+)
+def test_a_config_it_cannot_read_is_one_line_and_exit_2(tmp_path, text, fragment):
+    path = tmp_path / "config.json"
+    if text is not None:
+        path.write_text(text)
+    assert_one_line_error(run("audit", str(path)), fragment)
+    assert_one_line_error(run("audit", str(tmp_path / "empty")), "no such file")
+
+
+def test_without_torch_the_encodings_are_listed_unmeasured(models, root):
+    code = (
+        "import sys; sys.modules['torch'] = None; from posenc.app.cli import main; "
+        f"sys.exit(main(['audit', {str(root / 'whisper')!r}, '--json']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (record,) = json.loads(proc.stdout)
+    assert record["float32_error"] is None
+    assert "pip install torch" in record["note"]
+    assert record["equivalent"] == "posenc.table(1500, 64, preset='whisper')"
