@@ -73,6 +73,7 @@ def axial_rope(
     use_real=True, repeat_interleave_real=True, freqs_dtype=float64)``, concatenated:
     ``(cos, sin)``, ``[N, sum(axes_dim[:n])]`` float32."""
     pos = ids.float()
+    theta = theta * 1.0  # times ntk_factor
     wide = wide_dtype(ids.device)
     cos_out, sin_out = [], []
     for i in range(ids.shape[-1]):

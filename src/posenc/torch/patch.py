@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from posenc.errors import PosencError, check_bool, check_choice
-from posenc.torch import _patch_transformers
+from posenc.torch import _patch_diffusers, _patch_transformers
 from posenc.torch._patching import (
     COMPAT,
     EXACT,
@@ -22,7 +22,10 @@ from posenc.torch._patching import (
     route_key,
 )
 
-RECOGNISERS: tuple[Recogniser, ...] = _patch_transformers.RECOGNISERS
+RECOGNISERS: tuple[Recogniser, ...] = (
+    *_patch_diffusers.RECOGNISERS,  # first: transformers' `learned` takes any `pos_embed` path
+    *_patch_transformers.RECOGNISERS,
+)
 COLUMNS = ("path", "original", "replacement", "mode", "max diff")
 
 
@@ -85,14 +88,16 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
 
     Every module posenc reproduces is replaced at its own attribute path, so the model's
     forward is unchanged; what replaces it, and its options, come from the original's own
-    configuration and state. Recognised (transformers): the rotary modules
+    configuration and state. Recognised: in transformers, the rotary modules
     ``RotaryEmbedding.from_hf`` reproduces, Whisper's encoder table, Marian's and fairseq's
     (M2M100, Speech2Text) sinusoidal embeddings, ViT-MAE's fixed 2D table, DETR's sine
-    encoding. A learned (trainable) table is never replaced: it is reported as left alone.
+    encoding; in diffusers, ``Timesteps``, ``PatchEmbed``'s fixed 2D sin-cos table (SD3's
+    cropped one included) and FLUX's axial rotary embedding (and its copies). A learned
+    (trainable) table is never replaced: it is reported as left alone.
     posenc modules are skipped, so patching twice changes nothing more.
 
     Args:
-        model: any ``nn.Module`` (a transformers model, or a module holding such modules).
+        model: any ``nn.Module`` (a transformers or diffusers model, or a module holding one).
         compat: ``"original"``: the originals' own arithmetic, bit for bit (outputs
             unchanged: in float32, under autocast and after ``.to(torch.bfloat16)``); a
             module whose original numbers posenc cannot repeat is left alone, saying why.
