@@ -1,8 +1,8 @@
 """Rotary tables: error against position
 
-The figure and the tables of docs/rope.md: max |error| of cos/sin against position, up to
-2^24. ``python docs/gallery/05_rope_error.py`` writes ``rope-error.png`` and prints the tables
-(needs transformers, the test extra).
+The figure of docs/rope.md: max |error| of cos/sin against position, up to 2^24.
+``python docs/gallery/05_rope_error.py`` writes ``rope-error.png`` and prints its values at
+five positions (needs transformers, the test extra).
 
 Head dim 128 (all 64 frequencies, cos and sin), bases 1e4 and 5e5, 49 positions spaced
 evenly in log2 from 1 to 2^24 - 1. The truth is float64 NumPy from the formula (its own error
