@@ -418,3 +418,22 @@ def test_detr_sine_encoding():
     bf = out(holder.sine, torch.bfloat16)
     assert bf.dtype == torch.bfloat16
     assert (bf.double() - want).abs().max() <= 2**-8
+
+
+def test_a_long_context_is_measured_at_both_ends():
+    """A model of 2^20 positions is measured over its first and last 32768 (where float32
+    angles err most), not over a million positions."""
+    import transformers
+
+    from posenc.torch import patch
+
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=16, max_position_embeddings=1 << 20,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    report = patch(model, dry_run=True)
+    (row,) = report.replaced
+    assert row.note.endswith(f"positions 0 … 32767 and {(1 << 20) - 32768} … {(1 << 20) - 1}")
+    assert row.max_diff is not None
+    assert row.max_diff > 1e-4  # float32 angles near 2^20

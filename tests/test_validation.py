@@ -283,3 +283,16 @@ def test_plans_are_kept_by_their_numbers_not_their_label():
     assert (first.label, second.label) == ("'vaswani'", "'vaswani' with `base`=10000.0")
     with pytest.raises(posenc.PosencError, match=r"preset 'vaswani' with `base`=10000.0"):
         posenc.table(2**26, 24, base=10000.0, offset=2**27)
+
+
+def test_a_shared_plan_names_each_callers_label_in_device_checks():
+    """Labelled copies of one kept plan share its numbers, not its messages: the accuracy
+    rule checked on the device names the caller's own preset and options."""
+    from posenc.spec.layout import channel_plan
+
+    enc = posenc.preset("timestep").encoding
+    plain = channel_plan(enc, 32, 1, "'timestep'", None)
+    assert "preset 'timestep' is" in plain.angle_rule
+    scaled = channel_plan(enc, 32, 1, "'timestep' with `scale`=1.0", None)
+    assert scaled.memo is plain.memo
+    assert "preset 'timestep' with `scale`=1.0 is" in scaled.angle_rule

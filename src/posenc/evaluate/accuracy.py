@@ -81,7 +81,7 @@ def check_on_device(plan: Plan, backend: Backend, x: Any, *, float32_only: bool)
     if not c.largest > 0:
         return
     if not c.exact:
-        backend.check_on_device(x, min(MAX_POSITION, ANGLE_LIMIT / c.largest), c.angle_rule)
+        backend.check_on_device(x, min(MAX_POSITION, ANGLE_LIMIT / c.largest), plan.angle_rule)
     if float32_only:
         message = "`positions` must stay below 2^24 in float32-only graphs"
         backend.check_on_device(x, 2.0**24, message)

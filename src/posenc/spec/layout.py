@@ -15,6 +15,7 @@ different ``src``; the engine never branches on a convention. Channel sharding i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -82,7 +83,6 @@ class PlanConstants:
     exact: bool  # every frequency a power of two: exact products
     identities: bool  # some channel holds a position itself
     amplitude: float  # multiplies every sine and cosine before the rounding
-    angle_rule: str  # the accuracy rule's message for traced positions (no formatting there)
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,8 +182,15 @@ class Plan:
             self.exact,
             self.identities,
             self.amplitude,
+        )
+
+    @functools.cached_property
+    def angle_rule(self) -> str:
+        """The accuracy rule's message for positions checked on the device (no formatting
+        there), naming this plan's own label (kept per labelled copy, not shared)."""
+        return (
             "`positions` must keep |position| x frequency within angles below 2^27 rad (the "
-            f"largest frequency of preset {self.label} is {largest:.6g})",
+            f"largest frequency of preset {self.label} is {self.constants.largest:.6g})"
         )
 
     @derived

@@ -83,8 +83,10 @@ class _Module(_Tracked):
 
 
 def _traceable(plan: Plan) -> Plan:
-    """A plan whose constants are computed now, so a tracer only reads attributes."""
+    """A plan whose constants (and the message of its accuracy rule) are computed now, so a
+    tracer only reads attributes."""
     plan.constants  # noqa: B018
+    plan.angle_rule  # noqa: B018
     return plan
 
 
