@@ -340,6 +340,59 @@ def test_compat_reads_no_device_value_to_warn():
     assert cos.shape == (1, 8, 64)
 
 
+def _count_float32(monkeypatch, kind):
+    """Count the calls of rope_type ``kind``'s float32 arithmetic (its inverse frequencies)."""
+    from dataclasses import replace
+
+    from posenc.spec import scaling
+
+    rule, calls = scaling.RULES[kind], []
+
+    def counted(*args):
+        calls.append(args[4])  # seq_len
+        return rule.float32(*args)
+
+    monkeypatch.setitem(scaling.RULES, kind, replace(rule, float32=counted))
+    return calls
+
+
+def test_compat_keeps_its_inverse_frequencies_as_transformers_keeps_its_buffer(monkeypatch):
+    """The rule's float32 arithmetic runs once per module (and move), not once per forward,
+    as transformers' module computes its ``inv_freq`` buffer once; same bits."""
+    calls = _count_float32(monkeypatch, "llama3")
+    config = llama(rope_type="llama3", rope_theta=5e5, factor=8.0, low_freq_factor=1.0,
+                   high_freq_factor=4.0, original_max_position_embeddings=1024)  # fmt: skip
+    theirs = hf_rotary_module(config)
+    compat = RotaryEmbedding.from_hf(config, compat="transformers")
+    kept = compat._tables[None].inv_freq
+    x = torch.zeros(1)
+    for ids in (FAR, FAR[:, :7], FAR):
+        assert same(compat(x, ids), theirs(x, ids))
+    assert len(calls) == 1
+    assert compat._tables[None].inv_freq is kept
+    assert compat.state_dict() == {}
+    theirs, compat = theirs.to(torch.bfloat16), compat.to(torch.bfloat16)  # rebuilt, rounded
+    assert len(calls) == 2
+    for _ in range(2):
+        assert same(compat(x, FAR), theirs(x, FAR))
+    assert len(calls) == 2
+
+
+def test_compat_computes_the_length_dependent_phases_per_call(monkeypatch):
+    """dynamic: its default phase is kept; a grown length is computed per call, as now."""
+    calls = _count_float32(monkeypatch, "dynamic")
+    config = llama(rope_type="dynamic", rope_theta=1e4, factor=4.0)
+    theirs = hf_rotary_module(config)
+    compat = RotaryEmbedding.from_hf(config, compat="transformers")
+    assert len(calls) == 1
+    x = torch.zeros(1)
+    for n, more in ((1000, 0), (1000, 0), (5000, 1), (3000, 1), (1500, 0), (2048, 0)):
+        before = len(calls)
+        ids = torch.arange(n)[None]
+        assert same(compat(x, ids), theirs(x, ids)), n
+        assert len(calls) - before == more, n
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. Timesteps(compat="original") is diffusers' own module
 
@@ -372,3 +425,21 @@ def test_timesteps_compat_choices_are_encode_s():
                          downscale_freq_shift=0, scale=2)  # fmt: skip
     got = Timesteps(64, True, 0, scale=2, compat="original")(t)
     assert torch.equal(got, want)
+
+
+def test_the_module_keeps_transformers_max_seq_len_cached():
+    """``max_seq_len_cached`` reads as transformers' module's attribute does, including the
+    dynamic rule's memory in compat mode."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        hidden_size=64, num_attention_heads=4, max_position_embeddings=2048,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
+    )  # fmt: skip
+    theirs = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config)
+    ours = RotaryEmbedding.from_hf(config, compat="transformers")
+    assert ours.max_seq_len_cached == theirs.max_seq_len_cached == 2048
+    x, ids = torch.zeros(1), torch.arange(3000)[None]
+    theirs(x, ids)
+    ours(x, ids)
+    assert ours.max_seq_len_cached == theirs.max_seq_len_cached == 3000

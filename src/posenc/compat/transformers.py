@@ -30,6 +30,10 @@ Casts = tuple[Any, ...]
 """The 16-bit dtypes a rotary module's ``inv_freq`` buffer was cast to, in order (``.to()``
 casts a transformers module's float buffers; its forward upcasts them to float32 again)."""
 
+InvFreq = tuple[Any, float]
+"""What :func:`inv_freq` returns: float32 inverse frequencies ``[d/2]`` and the attention
+factor (a module keeps them, as transformers' module keeps its ``inv_freq`` buffer)."""
+
 
 def inv_freq(
     r: Rotary, seq_len: int | None, device: Any = None, casts: Casts = ()
@@ -45,11 +49,21 @@ def inv_freq(
     return freq, factor
 
 
+_inv_freq = inv_freq  # for the functions whose ``inv_freq`` parameter hides it
+
+
 def rope(
-    r: Rotary, pos: Positions, seq_len: int | None, dtype: Any, casts: Casts = ()
+    r: Rotary,
+    pos: Positions,
+    seq_len: int | None,
+    dtype: Any,
+    casts: Casts = (),
+    inv_freq: InvFreq | None = None,
 ) -> tuple[Any, Any]:
     """``(cos, sin)`` as transformers computes them; positions with the axis of several
-    sections last (as :func:`posenc.rope` passes them); ``casts``: as :func:`inv_freq`."""
+    sections last (as :func:`posenc.rope` passes them); ``casts``: as :func:`inv_freq`.
+    ``inv_freq``: ``(freq, factor)`` kept from :func:`inv_freq` for this ``seq_len`` and
+    ``casts``, on the positions' device, used instead of recomputing them."""
     if r.axes_dim is not None:
         raise PosencError(
             "`compat='transformers'` has no axial rule: axial RoPE (FLUX) is diffusers', whose "
@@ -57,7 +71,7 @@ def rope(
         )
     x, numpy_out = compat_in(pos.values)
     out_dtype = compat_dtype(dtype, torch.get_default_dtype())
-    freq, factor = inv_freq(r, seq_len, x.device, casts)
+    freq, factor = _inv_freq(r, seq_len, x.device, casts) if inv_freq is None else inv_freq
     ids = x.float()
     if r.sections is not None:  # each frequency reads its section's axis
         axis = torch.from_numpy(section_axes(r)).to(x.device)
@@ -303,10 +317,17 @@ def _field(config: Any, name: str, model_type: Any) -> Any:
     return value
 
 
-def polar(r: Rotary, pos: Positions, seq_len: int | None, casts: Casts = ()) -> Any:
+def polar(
+    r: Rotary,
+    pos: Positions,
+    seq_len: int | None,
+    casts: Casts = (),
+    inv_freq: InvFreq | None = None,
+) -> Any:
     """Llama 4's and DeepSeek-V2's complex form, as transformers computes it:
-    ``polar(1, ids.float() * inv_freq) * attention_factor``, complex64."""
+    ``polar(1, ids.float() * inv_freq) * attention_factor``, complex64; ``inv_freq``: as
+    :func:`rope`'s."""
     x = pos.values
-    freq, factor = inv_freq(r, seq_len, x.device, casts)
+    freq, factor = _inv_freq(r, seq_len, x.device, casts) if inv_freq is None else inv_freq
     angles = x.float()[..., None] * freq
     return torch.polar(torch.ones_like(angles), angles) * factor

@@ -31,12 +31,15 @@ _EXACT_FLOAT32 = 2.0**24  # past it, not every integer position is a float32
 class _Tables:
     """One set of tables (the module's, or one layer type's): its rotary spec and plan, and
     transformers' ``dynamic`` memory: the longest length its ``inv_freq`` was grown to, and
-    the 16-bit casts that grown buffer went through since."""
+    the 16-bit casts that grown buffer went through since; compat's kept inverse frequencies
+    of the default phase (the module's buffer: computed once, on the module's device, through
+    its casts)."""
 
     rotary: Rotary
     plan: Plan
     cached: int | None
     grown: _rope_compat.Casts = ()
+    inv_freq: _rope_compat.InvFreq | None = None
 
 
 class HFRotaryEmbedding(_Tracked):
@@ -92,6 +95,7 @@ class HFRotaryEmbedding(_Tracked):
             self._tables[read.layer_type] = _Tables(r, plan, read.max_position_embeddings)
         self._casts: _rope_compat.Casts = ()  # the 16-bit dtypes it was moved to, in order
         self._warned = False
+        self._keep_inv_freq()
 
     @property
     def rotary(self) -> Rotary:
@@ -102,6 +106,13 @@ class HFRotaryEmbedding(_Tracked):
                 f"`.rotaries[layer_type]` ({', '.join(map(repr, self.layer_types))})"
             )
         return self._tables[None].rotary
+
+    @property
+    def max_seq_len_cached(self) -> int | None:
+        """transformers' attribute of the same name: the longest length the ``dynamic`` rule's
+        frequencies were grown to in compat mode (else ``max_position_embeddings``); with
+        tables per layer type, the first layer type's."""
+        return next(iter(self._tables.values())).cached
 
     @property
     def rotaries(self) -> dict[str | None, Rotary]:
@@ -129,10 +140,18 @@ class HFRotaryEmbedding(_Tracked):
                 seq_len, casts = self._remember(tables, seq_len)
             elif r.scaling.rule.switches_tables and r.scaling.phase(seq_len) is not None:
                 casts = self._dtype_casts()  # the long table, copied into the buffer
+            kept = tables.inv_freq
+            if (
+                kept is None
+                or r.scaling.phase(seq_len) is not None  # another phase: computed as before
+                or casts != self._casts
+                or kept[0].device != pos.values.device
+            ):
+                kept = None
             if self.form == "complex":
-                return _rope_compat.polar(r, pos, seq_len, casts)
+                return _rope_compat.polar(r, pos, seq_len, casts, kept)
             dtype = torch.float32 if self._float32 else x.dtype
-            return _rope_compat.rope(r, pos, seq_len, dtype, casts)
+            return _rope_compat.rope(r, pos, seq_len, dtype, casts, kept)
         plan = tables.plan if r.scaling.phase(seq_len) is None else r.plan(seq_len)
         work = torch.float32 if self._float32 else x.dtype
         both = evaluate.points(plan, pos, coords=r.ndim > 1, dtype=work, padding_idx=None)
@@ -201,6 +220,20 @@ class HFRotaryEmbedding(_Tracked):
             self._casts = _cast(self._casts, self._dtype)
             for tables in self._tables.values():
                 tables.grown = _cast(tables.grown, self._dtype)
+        self._keep_inv_freq()
+
+    def _keep_inv_freq(self) -> None:
+        """Compat: each layer type's inverse frequencies of the default phase, computed once
+        on the module's device through its casts, as transformers' module keeps its
+        ``inv_freq`` buffer (plain attributes, not buffers: the state dict stays empty).
+        Other phases (a grown ``dynamic`` length, ``longrope``'s long table) are computed
+        per call, as their buffers change with the length."""
+        for tables in self._tables.values():
+            tables.inv_freq = (
+                None
+                if self.compat is None
+                else _rope_compat.inv_freq(tables.rotary, None, self._device, self._casts)
+            )
 
     def extra_repr(self) -> str:
         sets = []
