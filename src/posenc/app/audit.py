@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +21,10 @@ from posenc.app.audit_figures import torch_missing
 from posenc.app.audit_models import Finding, diffusers_findings, transformers_findings
 from posenc.errors import PosencError
 
-
-@dataclass(frozen=True)
-class Record:
-    """One positional encoding audited: a row of the table, a record of ``--json``."""
-
-    component: str
-    where: str
-    encoding: str
-    equivalent: str
-    max_position: float
-    positions: str
-    original: str
-    float32_error: float | None
-    bf16_error: float | None
-    fix: str
-    alternative: str | None
-    note: str | None
+RECORD = ("component", "where", "encoding", "equivalent", "max_position", "positions",
+          "original", "float32_error", "bf16_error", "fix", "alternative", "note")  # fmt: skip
+"""The fields of a measured :class:`Finding` that a row of the table and a ``--json`` record
+hold, in order."""
 
 
 # --- reading the configs -----------------------------------------------------------------------
@@ -102,7 +89,7 @@ def _what(cfg: dict[str, Any]) -> str:
 # --- the audit ---------------------------------------------------------------------------------
 
 
-def audit(path: Path) -> tuple[list[Record], list[str]]:
+def audit(path: Path) -> tuple[list[Finding], list[str]]:
     """The records of every encoding found under ``path``, and the components in which none
     was (with why). Nothing found at all is an error."""
     findings: list[Finding] = []
@@ -124,7 +111,7 @@ def audit(path: Path) -> tuple[list[Record], list[str]]:
     return [_measure(f, missing) for f in findings], skipped
 
 
-def _measure(f: Finding, missing: str | None) -> Record:
+def _measure(f: Finding, missing: str | None) -> Finding:
     a: float | None = None
     b: float | None = None
     note = f.note
@@ -137,8 +124,7 @@ def _measure(f: Finding, missing: str | None) -> Record:
             note = extra if note is None else f"{note}; {extra}"
     elif missing:
         note = f"float32 figures not computed: {missing}" + (f"; {note}" if note else "")
-    return Record(f.component, f.where, f.encoding, f.equivalent, float(f.max_position),
-                  f.positions, f.original, a, b, f.fix, f.alternative, note)  # fmt: skip
+    return replace(f, max_position=float(f.max_position), float32_error=a, bf16_error=b, note=note)
 
 
 # --- the output --------------------------------------------------------------------------------
@@ -153,7 +139,7 @@ def _position(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
 
 
-def render(path: Path, records: list[Record], skipped: list[str]) -> str:
+def render(path: Path, records: list[Finding], skipped: list[str]) -> str:
     """The table, then one paragraph per row: its posenc call, what was measured, the fix."""
     head = ("#", "where", "encoding", "largest position", "float32 error", "bf16 .to() error")
     rows = [
@@ -183,7 +169,7 @@ def run(path: Path, *, as_json: bool = False) -> int:
     """``posenc audit``: print the table (or the JSON records); 0, or a PosencError."""
     records, skipped = audit(path)
     if as_json:
-        json.dump([asdict(r) for r in records], sys.stdout, indent=2)
+        json.dump([{k: getattr(r, k) for k in RECORD} for r in records], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(render(path, records, skipped))

@@ -29,7 +29,8 @@ ROTARY_KEYS = ("rope_parameters", "rope_theta", "rope_scaling", "rotary_emb_base
 
 @dataclass
 class Finding:
-    """One positional encoding of one component, and how to measure it.
+    """One positional encoding of one component, how to measure it, and once measured its
+    figures: a row of ``posenc audit``'s table, a record of its ``--json``.
 
     ``measure`` returns ``(float32 error, bf16 .to() error, a note)``; each figure is None
     where it does not apply (or cannot be computed without torch: ``needs_torch``)."""
@@ -48,6 +49,8 @@ class Finding:
     measure: Callable[[], tuple[float | None, float | None, str | None]] | None = field(
         default=None, repr=False
     )
+    float32_error: float | None = None  # measured (posenc.app.audit)
+    bf16_error: float | None = None
 
 
 def _call(name: str, *args: Any, **kw: Any) -> str:
