@@ -8,7 +8,8 @@ device (``Backend(dtype, device)``); the array operations do not depend on them.
 Three groups of methods:
 
 - **the library** (input handling): whether an object is one of its arrays, positions checked
-  and widened, its dtypes, whether a call is being traced, how much memory a device has;
+  and widened, its dtypes, whether a request goes to the direct formula (traced, or on a
+  device without float64), how much memory a device has;
 - **array operations** for the direct formula (:mod:`posenc.evaluate.direct`), the float32-only
   evaluator and the rounding, named and meaning as in the Python Array API standard
   (``like`` is an array whose device the result takes);
@@ -128,14 +129,6 @@ class Backend:
     def concrete(self, x: Any) -> bool:
         """Whether ``x``'s values can be read now (not a tracer)."""
         return True
-
-    def traced(self) -> bool:
-        """Inside a tracer (compile, export), where values cannot be read."""
-        return False
-
-    def exporting(self) -> bool:
-        """Inside an export to a graph without float64 (``torch.export``, ONNX)."""
-        return False
 
     def memory(self) -> int:
         """Bytes the output device can hold (``1 << 62`` where unknown)."""

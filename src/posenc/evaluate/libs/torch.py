@@ -248,18 +248,12 @@ class TorchBackend(Backend):
     def positions(self, x: Any, name: str, on_device: bool) -> Positions:
         return tensor_positions(x, name, on_device)
 
-    def traced(self) -> bool:
-        return tracing()
-
-    def exporting(self) -> bool:
-        return bool(torch.compiler.is_exporting())
-
     def direct(self, on_device: bool) -> bool:
         kind = self.device.type
         return tracing() or kind in ("meta", "mps") or (on_device and kind != "cpu")
 
     def float32_only(self) -> bool:
-        return self.device.type == "mps" or self.exporting()
+        return self.device.type == "mps" or bool(torch.compiler.is_exporting())
 
     def anchor(self, like: Any) -> Any:
         if isinstance(like, torch.Tensor):
