@@ -299,3 +299,94 @@ def test_without_torch_the_encodings_are_listed_unmeasured(models, root):
     assert record["float32_error"] is None
     assert "pip install torch" in record["note"]
     assert record["equivalent"] == "posenc.table(1500, 64, preset='whisper')"
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+         "max_position_embeddings": 4096, "rope_theta": 10000.0}  # fmt: skip
+GEMMA3 = {**LLAMA, "model_type": "gemma3_text", "head_dim": 16, "rope_parameters": {
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "value"),
+    [
+        (LLAMA, "rope_theta", "10000"),
+        (LLAMA, "max_position_embeddings", "4096"),
+        (LLAMA, "hidden_size", 64.5),
+        (LLAMA, "rope_scaling", {"rope_type": "llama3", "factor": "8"}),
+        (GEMMA3, "rope_parameters.sliding_attention.rope_theta", True),
+        (GEMMA3, "rope_parameters.full_attention.factor", [8]),
+        ({"model_type": "whisper", "max_source_positions": 1500}, "d_model", "384"),
+        ({"model_type": "vit_mae", "hidden_size": 64}, "image_size", "224"),
+        ({"_class_name": "UNet2DModel"}, "block_out_channels", "abc"),
+        ({"_class_name": "FluxTransformer2DModel"}, "axes_dims_rope", [16, -56, 56]),
+        (
+            {"architecture": "vit_base_patch16_224", "num_features": 768},
+            "pretrained_cfg.input_size",
+            "224",
+        ),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_named(tmp_path, config, field, value):
+    """Each field the audit reads is checked before it is read: the error names the field
+    and the value, not an internal error or 'not recognised'."""
+    cfg = json.loads(json.dumps(config))
+    *outer, last = field.split(".")
+    inner = cfg
+    for key in outer:
+        inner = inner.setdefault(key, {})
+    inner[last] = value
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    proc = run("audit", str(tmp_path))
+    name = last if last != "rope_scaling" else "factor"
+    assert_one_line_error(proc, name)
+    assert repr(value if last != "rope_scaling" else "8") in proc.stderr
+    assert "not recognised" not in proc.stderr
+    assert "internal error" not in proc.stderr
+
+
+def test_every_field_read_has_a_rule():
+    """The config keys the audit reads by name (``cfg.get("x")``, ``cfg["x"]``) are in
+    FIELDS, the table checked before reading, or are a scaling rule's (checked by the rule)."""
+    import ast
+    import inspect
+
+    from posenc.app import audit_fields, audit_models
+    from posenc.spec.scaling import RULES
+
+    def config_like(node: ast.AST) -> bool:  # cfg, rp (its rope parameters), (cfg.get(x) or {})
+        return (isinstance(node, ast.Name) and node.id in ("cfg", "rp")) or isinstance(
+            node, ast.BoolOp
+        )
+
+    read: set[str] = set()
+    for node in ast.walk(ast.parse(inspect.getsource(audit_models))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get":
+            arg = node.args[0] if node.args and config_like(node.func.value) else None
+        elif isinstance(node, ast.Subscript) and config_like(node.value):
+            arg = node.slice
+        else:
+            continue
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            read.add(arg.value)
+    rule_keys = {k for rule in RULES.values() for k in (*rule.required, *rule.optional)}
+    assert read, "no field found: the walk is broken"
+    assert read - set(audit_fields.FIELDS) - rule_keys == set()
+
+
+def test_timm_configs(tmp_path):
+    cfg = {"architecture": "vit_small_patch16_384.augreg_in21k_ft_in1k", "num_classes": 1000,
+           "num_features": 384, "pretrained_cfg": {"input_size": [3, 384, 384]}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    proc = run("audit", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    (record,) = json.loads(proc.stdout)
+    assert record["where"] == "pos_embed"
+    assert "learned" in record["encoding"]
+    assert record["max_position"] == 23
+    assert record["float32_error"] is None
+    assert "posenc.torch.patch(model)" in record["fix"]
+    cfg["architecture"] = "eva02_base_patch14_224.mim_in22k"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run("audit", str(tmp_path)), "rotates by its positions")

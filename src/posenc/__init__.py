@@ -23,7 +23,7 @@ from posenc.spec.encoding import Encoding
 from posenc.spec.presets import Preset, RotaryPreset
 from posenc.spec.scaling import softmax_scale
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Encoding",

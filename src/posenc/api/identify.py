@@ -34,6 +34,9 @@ class Candidate:
     error: float  # max |stored - candidate|
     also: tuple[str, ...] = field(default=())
     rms: float = 0.0  # root-mean-square of stored - candidate
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """The call's keywords: ``length`` (a table) or ``shape`` (a grid), then the preset's
+    options, as ``posenc.table`` / ``posenc.grid`` take them."""
 
 
 def _shapes(cells: int) -> Iterator[tuple[int, int]]:
@@ -53,14 +56,17 @@ def _option_sets(p: Preset, zero_rows: list[int]) -> Iterator[dict[str, Any]]:
             yield {**opts, **dict(zip(keys, rows, strict=True))}
 
 
-def _calls(rows: int, zero_rows: list[int]) -> Iterator[tuple[Preset, str, dict[str, Any]]]:
+def _calls(
+    rows: int, zero_rows: list[int], shape: tuple[int, ...] | None = None
+) -> Iterator[tuple[Preset, str, dict[str, Any]]]:
     """(preset, kind, kwargs) worth trying for a table of ``rows`` rows: the tables, then the
-    grids by the number of zero rows their options put first (a class token), by shape."""
+    grids by the number of zero rows their options put first (a class token), by shape; only
+    grids of ``shape`` where it is given."""
     grids: list[tuple[Preset, dict[str, Any], int]] = []
     for p in PRESETS.values():
         ndim = p.encoding.ndim
         for opts in _option_sets(p, zero_rows):
-            if ndim in (1, None):
+            if ndim in (1, None) and shape is None:
                 yield p, "table", {"length": rows, **opts}
             if ndim in (2, None):
                 try:
@@ -68,10 +74,11 @@ def _calls(rows: int, zero_rows: list[int]) -> Iterator[tuple[Preset, str, dict[
                 except PosencError:
                     continue
     for extra in sorted({e for _, _, e in grids}):
-        for shape in _shapes(rows - extra):
+        shapes = _shapes(rows - extra) if shape is None else [shape]
+        for tried in shapes:
             for p, opts, e in grids:
                 if e == extra:
-                    yield p, "grid", {"shape": shape, **opts}
+                    yield p, "grid", {"shape": tried, **opts}
 
 
 def _render(preset: str, kind: str, dim: int, kw: Mapping[str, Any]) -> str:
@@ -105,12 +112,13 @@ def _fold(found: list[tuple[Candidate, int]]) -> list[Candidate]:
     for g in groups:
         head = min(g, key=lambda m: m[1])[0]  # min keeps the first of equal ranks
         also = tuple(dict.fromkeys(m.preset for m, _ in g if m.preset != head.preset))
-        folded.append(Candidate(head.preset, head.call, head.error, also, head.rms))
+        folded.append(Candidate(head.preset, head.call, head.error, also, head.rms, head.options))
     return folded
 
 
-def identify(values: np.ndarray) -> list[Candidate]:
-    """Candidates sorted by error; equal tables (same numbers) are folded into ``also``."""
+def identify(values: np.ndarray, shape: tuple[int, ...] | None = None) -> list[Candidate]:
+    """Candidates sorted by error; equal tables (same numbers) are folded into ``also``.
+    With ``shape`` (a model's patch grid), only grids of that shape are tried."""
     arr = np.asarray(values, dtype=np.float64)
     arr = arr.reshape([s for s in arr.shape if s != 1] or [1])
     if arr.ndim != 2:
@@ -124,7 +132,7 @@ def identify(values: np.ndarray) -> list[Candidate]:
         raise PosencError("the table holds NaN or infinite values")
     zero_rows = [int(i) for i in np.flatnonzero(~arr.any(axis=1))]
     found: list[tuple[Candidate, int]] = []
-    for p, kind, kw in _calls(rows, zero_rows):
+    for p, kind, kw in _calls(rows, zero_rows, shape):
         args = dict(kw)
         try:
             if kind == "table":
@@ -139,6 +147,6 @@ def identify(values: np.ndarray) -> list[Candidate]:
         err = float(np.abs(diff).max(initial=0.0))
         rms = float(np.sqrt(np.mean(np.square(diff)))) if diff.size else 0.0
         call = _render(p.name, kind, dim, kw)
-        found.append((Candidate(p.name, call, err, rms=rms), p.identify_rank))
+        found.append((Candidate(p.name, call, err, rms=rms, options=kw), p.identify_rank))
     found.sort(key=lambda f: f[0].error)
     return _fold(found)

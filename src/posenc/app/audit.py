@@ -17,8 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from posenc.app.audit_fields import check_fields
 from posenc.app.audit_figures import torch_missing
-from posenc.app.audit_models import Finding, diffusers_findings, transformers_findings
+from posenc.app.audit_models import (
+    Finding,
+    diffusers_findings,
+    is_timm,
+    timm_findings,
+    transformers_findings,
+)
 from posenc.errors import PosencError
 
 RECORD = ("component", "where", "encoding", "equivalent", "max_position", "positions",
@@ -70,7 +77,8 @@ def configs(path: Path) -> list[tuple[str, dict[str, Any]]]:
         index = path
     if index is None:
         cfg = read_json(path)
-        return [(str(cfg.get("_class_name") or cfg.get("model_type") or "model"), cfg)]
+        return [(str(cfg.get("_class_name") or cfg.get("model_type") or cfg.get("architecture")
+                     or "model"), cfg)]  # fmt: skip
     listed = read_json(index)
     root = index.parent
     names = [k for k, v in listed.items() if not k.startswith("_") and isinstance(v, list)]
@@ -82,8 +90,12 @@ def configs(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+UNKNOWN = "no positional encoding posenc recognises"
+
+
 def _what(cfg: dict[str, Any]) -> str:
-    return str(cfg.get("_class_name") or cfg.get("model_type") or "unknown")
+    return str(cfg.get("_class_name") or cfg.get("model_type") or cfg.get("architecture")
+               or "unknown")  # fmt: skip
 
 
 # --- the audit ---------------------------------------------------------------------------------
@@ -94,19 +106,33 @@ def audit(path: Path) -> tuple[list[Finding], list[str]]:
     was (with why). Nothing found at all is an error."""
     findings: list[Finding] = []
     skipped: list[str] = []
-    for component, cfg in configs(path):
+    read_configs = configs(path)
+    for component, cfg in read_configs:
+        try:
+            check_fields(cfg)
+        except PosencError as err:
+            raise PosencError(f"{str(path)!r} ({component}): {err}") from None
+    for component, cfg in read_configs:
         diffusers = "_class_name" in cfg or "_diffusers_version" in cfg
-        read = diffusers_findings if diffusers else transformers_findings
+        read = (
+            timm_findings
+            if is_timm(cfg)
+            else diffusers_findings
+            if diffusers
+            else transformers_findings
+        )
         try:
             found = read(cfg, component)
         except PosencError as err:
             skipped.append(f"{component} ({_what(cfg)}): {err}")
             continue
         if not found:
-            skipped.append(f"{component} ({_what(cfg)}): no positional encoding posenc recognises")
+            skipped.append(f"{component} ({_what(cfg)}): {UNKNOWN}")
         findings += found
     if not findings:
-        raise PosencError(f"{str(path)!r}: not recognised: {'; '.join(skipped)}")
+        known = all(s.endswith(UNKNOWN) for s in skipped)
+        raise PosencError(f"{str(path)!r}: {'not recognised' if known else 'not audited'}: "
+                          f"{'; '.join(skipped)}")  # fmt: skip
     missing = torch_missing()
     return [_measure(f, missing) for f in findings], skipped
 

@@ -11,6 +11,7 @@ config with one rope-parameters set per layer type (Gemma 3) is audited one set 
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -386,3 +387,35 @@ def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
         out.append(timestep(component, "transformer_blocks.*.norm1.emb.time_proj", 256, True, 1,
                             DDPM_T, DDPM_WORDS))  # fmt: skip
     return out
+
+
+# --- timm --------------------------------------------------------------------------------------
+
+TIMM_ROTARY = ("rope", "eva02", "dinov3")
+"""Names of timm architectures whose positions are rotary (EVA-02, the ViT-RoPE variants,
+DINOv3): not covered yet."""
+
+
+def is_timm(cfg: dict[str, Any]) -> bool:
+    """A timm ``config.json`` (``architecture`` and ``pretrained_cfg`` or ``num_features``)."""
+    return "architecture" in cfg and ("pretrained_cfg" in cfg or "num_features" in cfg)
+
+
+def timm_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
+    """A timm vision transformer's absolute table: learned in every timm architecture, so
+    named and not measured; a rotary architecture is an error saying so."""
+    arch = str(cfg["architecture"])
+    if any(word in arch for word in TIMM_ROTARY):
+        raise PosencError(f"timm architecture {arch!r} rotates by its positions (a timm "
+                          "RotaryEmbedding): not covered yet")  # fmt: skip
+    if not arch.startswith(("vit_", "deit")):
+        return []
+    size = (cfg.get("pretrained_cfg") or {}).get("input_size") or [3, 224, 224]
+    match = re.search(r"patch(\d+)", arch)
+    side = size[-1] // int(match.group(1)) if match else 0
+    grid = f"not measured (learned; {side}x{side} cells)" if side else "not measured (learned)"
+    return [Finding(component, "pos_embed", "learned position table (timm)",
+                    "none: a learned table is no formula's", max(side - 1, 0), grid,
+                    "trained parameters", "none needed; a frozen sin-cos table your code puts "
+                    f"there: {PATCH}", note="learned: nothing to measure",
+                    needs_torch=False)]  # fmt: skip

@@ -1,7 +1,9 @@
 """The originals' own float32 arithmetic (``compat=`` modes), kept apart from the exact engine.
 
 - :mod:`.sinusoid`: the float32 tables of the PyTorch tutorial, Whisper, fairseq and diffusers;
-- :mod:`.transformers`: transformers' float32 RoPE, and how its configs map to ``posenc.rope``.
+- :mod:`.transformers`: transformers' float32 RoPE, and how its configs map to ``posenc.rope``;
+- :mod:`.diffusers`: diffusers' 2D sin-cos table and FLUX's axial rotary tables;
+- :mod:`.timm`: timm's float32 2D sin-cos table.
 
 The originals are torch code, so these modules compute with torch and import it: they are
 reached only through a ``compat`` argument or :meth:`RotaryEmbedding.from_hf`.

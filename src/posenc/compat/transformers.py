@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from posenc.errors import PosencError, check_real, show
+from posenc.errors import PosencError, check_int, check_real, show
 from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
 from posenc.evaluate.positions import Positions
 from posenc.spec import scaling as _scaling
@@ -222,8 +222,9 @@ def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
     scaled = rule is None or not rule.unscaled
     head_dim = getattr(config, "head_dim", None)
     if head_dim is None:
-        hidden = _field(config, "hidden_size", model_type)
-        head_dim = hidden // _field(config, "num_attention_heads", model_type)
+        hidden = _size(config, "hidden_size", model_type)
+        head_dim = hidden // _size(config, "num_attention_heads", model_type)
+    head_dim = check_int("config.head_dim", head_dim, minimum=1)
     factor = 1.0
     if family.partial or scaled:
         name = f"config.rope_parameters{where}['partial_rotary_factor']"
@@ -236,10 +237,14 @@ def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
             )
     keywords: dict[str, Any] = {
         "dim": int(head_dim * factor),
-        "base": rp["rope_theta"],
+        "base": check_real(
+            f"config.rope_parameters{where}['rope_theta']", rp["rope_theta"], positive=True
+        ),
         "layout": family.form if family.form != "complex" else "compact",
     }
     longest = getattr(config, "max_position_embeddings", None)
+    if longest is not None:
+        longest = check_int("config.max_position_embeddings", longest, minimum=1)
     if scaled:
         scaling = {k: v for k, v in rp.items() if k not in _NOT_SCALING}
         scaling["rope_type"] = kind
@@ -247,8 +252,10 @@ def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
             raise PosencError(f"`config.max_position_embeddings` is missing ({model_type})")
         for name, needed in rule.from_config.items() if rule is not None else ():
             if name not in scaling:  # the dict's own value wins
-                value = _field(config, name, model_type) if needed else getattr(config, name, None)
+                value = _size(config, name, model_type) if needed else getattr(config, name, None)
                 scaling[name] = value
+        if rule is not None:  # its keys checked now, named as the config names them
+            _scaling.parse_scaling(scaling, f"config.rope_parameters{where}")
         keywords["scaling"] = scaling
     if family.sections is not None:
         keywords["sections"] = tuple(rp.get("mrope_section", family.sections))
@@ -315,6 +322,11 @@ def _field(config: Any, name: str, model_type: Any) -> Any:
     if value is None:
         raise PosencError(f"`config.{name}` is missing ({model_type})")
     return value
+
+
+def _size(config: Any, name: str, model_type: Any) -> int:
+    """``config.<name>``, a size: a positive integer."""
+    return check_int(f"config.{name}", _field(config, name, model_type), minimum=1)
 
 
 def polar(

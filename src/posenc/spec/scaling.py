@@ -358,44 +358,45 @@ class Scaling:
         return self.rule.evaluate(self.p, d, base, seq_len)
 
 
-def parse_scaling(scaling: Any) -> Scaling:
+def parse_scaling(scaling: Any, name: str = "scaling") -> Scaling:
     """``scaling`` (an HF rope-parameters dict, or None) validated: unknown ``rope_type``,
-    missing or invalid keys and keys the rule does not take are errors naming the key."""
+    missing or invalid keys and keys the rule does not take are errors naming the key (as
+    ``name[key]``)."""
     if scaling is None:
         return Scaling(DEFAULT, (), ())
     if not isinstance(scaling, Mapping):
         raise PosencError(
-            f"`scaling` must be a dict of rope parameters such as {{'rope_type': 'linear', "
+            f"`{name}` must be a dict of rope parameters such as {{'rope_type': 'linear', "
             f"'factor': 2.0}}, got {show(scaling)}"
         )
     for key in scaling:
         if not isinstance(key, str):
-            raise PosencError(f"`scaling` keys must be strings, got {show(key)}")
+            raise PosencError(f"`{name}` keys must be strings, got {show(key)}")
     kind = scaling.get("rope_type", scaling.get("type", DEFAULT))
     if "rope_type" in scaling and "type" in scaling and scaling["type"] != kind:
         raise PosencError(
-            f"`scaling['type']` ({show(scaling['type'])}) disagrees with `scaling['rope_type']` "
+            f"`{name}['type']` ({show(scaling['type'])}) disagrees with `{name}['rope_type']` "
             f"({show(kind)})"
         )
-    kind = check_choice("scaling['rope_type']", kind, RULES)
+    kind = check_choice(f"{name}['rope_type']", kind, RULES)
     rule = RULES[kind]
     allowed = set(rule.required) | set(rule.optional) | set(SHARED)
     for key in scaling:
         if key not in allowed:
             takes = ", ".join(sorted(set(rule.required) | set(rule.optional))) or "no keys"
             raise PosencError(
-                f"`scaling['{key}']` is not a key of rope_type {kind!r} (it takes {takes})"
+                f"`{name}['{key}']` is not a key of rope_type {kind!r} (it takes {takes})"
             )
     params: Params = {}
     for key in rule.required:
         if key not in scaling or (scaling[key] is None and key != "factor"):
-            raise PosencError(f"`scaling['{key}']` is required by rope_type {kind!r}")
-        params[key] = _CHECKS[key](f"scaling['{key}']", scaling[key])
+            raise PosencError(f"`{name}['{key}']` is required by rope_type {kind!r}")
+        params[key] = _CHECKS[key](f"{name}['{key}']", scaling[key])
     for key, default in rule.optional.items():
         value = scaling.get(key, default)
-        params[key] = default if value is None else _CHECKS[key](f"scaling['{key}']", value)
+        params[key] = default if value is None else _CHECKS[key](f"{name}['{key}']", value)
     if rule.requires_factor and params["factor"] is None:
-        raise PosencError(f"`scaling['factor']` is required by rope_type {kind!r}")
+        raise PosencError(f"`{name}['factor']` is required by rope_type {kind!r}")
     if rule.check is not None:
         rule.check(params)
     shared = tuple((k, scaling[k]) for k in SHARED if k in scaling and k not in params)

@@ -3,7 +3,7 @@ the report holds (:class:`Replacement`), how a difference is measured, and a ten
 for tables a model keeps in a parameter (ViT-MAE, timm).
 
 A recogniser is a function ``(path, module, root) -> Found | None`` of one model library
-(``_patch_transformers.py``, ``_patch_diffusers.py``; timm would be one more): it looks at one
+(``_patch_transformers.py``, ``_patch_diffusers.py``, ``_patch_timm.py``): it looks at one
 module of the model, by class name and module path (the library itself is never imported),
 and says what posenc module stands in for it, built from the original's own configuration
 and state, or why it is left alone.

@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from posenc.errors import PosencError, check_bool, check_choice
-from posenc.torch import _patch_diffusers, _patch_transformers
+from posenc.torch import _patch_diffusers, _patch_timm, _patch_transformers
 from posenc.torch._patching import (
     COMPAT,
     EXACT,
@@ -23,6 +23,7 @@ from posenc.torch._patching import (
 )
 
 RECOGNISERS: tuple[Recogniser, ...] = (
+    *_patch_timm.RECOGNISERS,
     *_patch_diffusers.RECOGNISERS,  # first: transformers' `learned` takes any `pos_embed` path
     *_patch_transformers.RECOGNISERS,
 )
