@@ -7,45 +7,16 @@ The shared fixtures: `backend` (each array library, for the parity tests), `vasw
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.helpers import Backend, exact_table
+from tests.torchvision_shim import torchvision_importable
 
-
-def _torchvision_importable() -> None:
-    """Make torchvision import beside this machine's CPU torch, before anything imports it.
-
-    The torchvision wheel on the package index for this torch is a CUDA build: its compiled
-    ops fail to load here, and its Python code then registers fake kernels for
-    ``torchvision::nms`` and ``qnms``, which do not exist, so ``import torchvision`` raises, and
-    with it ``import timm`` and every transformers model module (they import torchvision when
-    it is installed). Where that happens, the two op schemas are defined (no kernels: nothing
-    here calls them) and torchvision imported again. A torchvision that imports is untouched."""
-    if importlib.util.find_spec("torchvision") is None or importlib.util.find_spec("torch") is None:
-        return
-    try:
-        import torchvision
-    except RuntimeError as err:
-        if "torchvision::nms" not in str(err):
-            raise
-        import torch
-
-        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-            del sys.modules[name]
-        ops = torch.library.Library("torchvision", "DEF")
-        for op in ("nms", "qnms"):
-            ops.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _torchvision_importable.ops = ops  # type: ignore[attr-defined]  # kept alive
-        import torchvision  # noqa: F401
-
-
-_torchvision_importable()
+torchvision_importable()
 
 settings.register_profile(
     "ci",

@@ -14,6 +14,7 @@ from posenc.api.detr import detr
 from posenc.api.positions import fairseq_positions
 from posenc.api.presets import preset, presets
 from posenc.api.rope import rope
+from posenc.api.rope_grid import rope_grid
 from posenc.api.sharding import context_parallel_positions, tensor_parallel_channels
 from posenc.api.sinusoidal import encode, grid, table
 from posenc.errors import PosencError
@@ -40,6 +41,7 @@ __all__ = [
     "preset",
     "presets",
     "rope",
+    "rope_grid",
     "set_num_threads",
     "set_table_cache",
     "softmax_scale",

@@ -18,18 +18,26 @@ if TYPE_CHECKING:
 
 
 @overload
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, layout: str = ...) -> Tensor: ...
+def apply_rope(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str = ..., *, compat: str | None = ...
+) -> Tensor: ...
 
 
 @overload
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = ...) -> Floats: ...
+def apply_rope(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = ..., *, compat: None = ...
+) -> Floats: ...
 
 
 @overload
-def apply_rope(x: Any, cos: Any, sin: Any, layout: str = ...) -> Any: ...
+def apply_rope(
+    x: Any, cos: Any, sin: Any, layout: str = ..., *, compat: str | None = ...
+) -> Any: ...
 
 
-def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
+def apply_rope(
+    x: Any, cos: Any, sin: Any, layout: str = "halves", *, compat: str | None = None
+) -> Any:
     """Rotate the first channels of ``x`` by the tables ``cos, sin``.
 
     Args:
@@ -43,6 +51,11 @@ def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
             (``x * cos + rotate_half(x) * sin``), ``"interleaved"`` pairs ``2i`` with
             ``2i + 1`` (Meta's complex product), ``"compact"`` tables of ``w/2`` columns
             pair as halves.
+        compat: torch only: the original's own arithmetic, bit for bit: ``"diffusers"``
+            (``apply_rotary_emb(x, (cos, sin), use_real=True)``: float32 products and sum,
+            then ``x``'s dtype; ``use_real_unbind_dim=-1`` is the interleaved layout, ``-2``
+            halves) or ``"transformers"`` (``apply_rotary_pos_emb``: in ``x``'s dtype, the
+            tables cast to it). Default: posenc's rotation, rounded once.
 
     Returns:
         The rotated ``x``, same shape and dtype. The arithmetic is float32 (float64 for
@@ -86,6 +99,8 @@ def apply_rope(x: Any, cos: Any, sin: Any, layout: str = "halves") -> Any:
             f"`cos` of shape {tuple(cos.shape)} must broadcast against `x` of shape "
             f"{tuple(x.shape)} without enlarging it (insert the head axis: cos[:, None])"
         )
+    if compat is not None:
+        return _apply_compat(x, cos, sin, w, layout, compat)
     if is_torch(x):
         from posenc.evaluate.libs.torch_rotation import apply
 
@@ -115,3 +130,17 @@ def _apply_array(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
     if w == x.shape[-1]:
         return rotated
     return concat([rotated, x[..., w:]], axis=-1)
+
+
+def _apply_compat(x: Any, cos: Any, sin: Any, w: int, layout: str, compat: Any) -> Any:
+    """``compat=``: the originals are torch code, and rotate whole-width tables."""
+    try:
+        from posenc.compat import rotation
+    except ImportError:
+        raise PosencError("`compat` rotates with torch: pip install 'posenc[torch]'") from None
+    compat = check_choice("compat", compat, rotation.MODES)
+    if not (is_torch(x) and is_torch(cos) and is_torch(sin)):
+        raise PosencError(f"`compat={compat!r}` repeats torch code: pass torch `x`, `cos`, `sin`")
+    if layout == "compact":
+        raise PosencError(f"`compat={compat!r}` rotates by full-width tables, not 'compact' ones")
+    return rotation.apply(x, cos, sin, w, layout, compat)

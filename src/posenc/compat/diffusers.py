@@ -13,10 +13,14 @@ first): the stand-ins without ``compat`` are.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from posenc.errors import PosencError
+from posenc.evaluate.libs.torch import compat_dtype, compat_out
 
 NO_FLOAT64 = frozenset({"mps", "npu", "neuron"})
 """The device types diffusers' ``maybe_adjust_dtype_for_device`` computes in float32 on."""
@@ -65,6 +69,35 @@ def sincos_2d(
     return torch.concat([emb_h, emb_w], dim=1).float()
 
 
+def rotary_1d(
+    dim: int,
+    pos: torch.Tensor,
+    theta: float,
+    *,
+    freqs_dtype: torch.dtype = torch.float32,
+    interleave: bool = True,
+    linear_factor: float = 1.0,
+    ntk_factor: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``get_1d_rotary_pos_embed(dim, pos, theta, use_real=True, linear_factor, ntk_factor,
+    repeat_interleave_real=interleave, freqs_dtype)``: ``(cos, sin)`` ``[S, dim]`` float32,
+    each frequency's column repeated in place (interleaved) or the table twice (halves).
+    The angles take the dtype ``pos`` and ``freqs_dtype`` promote to."""
+    theta = theta * ntk_factor
+    exponent = torch.arange(0, dim, 2, dtype=freqs_dtype, device=pos.device) / dim
+    freqs = 1.0 / (theta**exponent) / linear_factor
+    freqs = torch.outer(pos, freqs)
+    if freqs.device.type == "npu":
+        freqs = freqs.float()
+    if interleave:
+        n = freqs.shape[1] * 2
+        cos = freqs.cos().repeat_interleave(2, dim=1, output_size=n).float()
+        return cos, freqs.sin().repeat_interleave(2, dim=1, output_size=n).float()
+    return torch.cat([freqs.cos(), freqs.cos()], dim=-1).float(), torch.cat(
+        [freqs.sin(), freqs.sin()], dim=-1
+    ).float()
+
+
 def axial_rope(
     ids: torch.Tensor, theta: float, axes_dim: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,16 +106,90 @@ def axial_rope(
     use_real=True, repeat_interleave_real=True, freqs_dtype=float64)``, concatenated:
     ``(cos, sin)``, ``[N, sum(axes_dim[:n])]`` float32."""
     pos = ids.float()
-    theta = theta * 1.0  # times ntk_factor
     wide = wide_dtype(ids.device)
-    cos_out, sin_out = [], []
-    for i in range(ids.shape[-1]):
-        d = axes_dim[i]
-        freqs = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=wide, device=pos.device) / d)) / 1.0
-        freqs = torch.outer(pos[..., i], freqs)
-        if freqs.device.type == "npu":
-            freqs = freqs.float()
-        n = freqs.shape[1] * 2
-        cos_out.append(freqs.cos().repeat_interleave(2, dim=1, output_size=n).float())
-        sin_out.append(freqs.sin().repeat_interleave(2, dim=1, output_size=n).float())
-    return torch.cat(cos_out, dim=-1).to(ids.device), torch.cat(sin_out, dim=-1).to(ids.device)
+    tables = [rotary_1d(axes_dim[i], pos[..., i], theta, freqs_dtype=wide)
+              for i in range(ids.shape[-1])]  # fmt: skip
+    cos, sin = (torch.cat([t[j] for t in tables], dim=-1).to(ids.device) for j in (0, 1))
+    return cos, sin
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid families: per axis a 1-D table at diffusers' own positions, broadcast, concatenated
+
+
+def _crop_linspace(start: float, step: float, n: int, device: Any) -> torch.Tensor:
+    """diffusers' crop grid: ``linspace(start, stop * (n - 1) / n, n)`` in float32, with
+    ``stop = start + n * step`` (``numpy.linspace(start, stop, n, endpoint=False)`` only when
+    ``start`` is 0)."""
+    stop = start + n * step
+    return torch.linspace(start, stop * (n - 1) / n, n, device=device, dtype=torch.float32)
+
+
+def _family_positions(
+    family: str, n: int, start: float, step: float, cropped: bool, device: Any
+) -> torch.Tensor:
+    """The positions a family's own code builds for one grid axis."""
+    if family in ("wan", "hunyuan-video") or (family == "cogvideox" and not cropped):
+        if (start, step) != (0.0, 1.0):
+            raise PosencError(
+                f"`compat='diffusers'`: {family}'s tables hold the positions 0, 1, 2, …; "
+                f"start={start:g}, step={step:g} are not its"
+            )
+        if family == "wan":
+            if n > 1024:
+                raise PosencError(f"`compat='diffusers'`: wan's tables hold 1024 rows, got {n}")
+            return torch.arange(n, device=device)  # int64: get_1d_rotary_pos_embed(d, 1024)
+        return torch.arange(n, device=device, dtype=torch.float32)
+    return _crop_linspace(start, step, n, device)
+
+
+def rotary_grid(
+    family: str,
+    compat: str,
+    dims: Sequence[int],
+    r: Any,
+    blocks: Sequence[int],
+    starts: Sequence[float],
+    steps: Sequence[float],
+    *,
+    cropped: bool,
+    dtype: Any,
+    device: Any,
+    like: Any,
+) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset=family, compat=compat)``: the tables of diffusers'
+    ``WanRotaryPosEmbed`` (float64 angles; float32 on a host with MPS: ``"diffusers-mps"``),
+    ``HunyuanVideoRotaryPosEmbed`` (float32), ``get_3d_rotary_pos_embed`` (CogVideoX: crop
+    ``linspace`` or integer ``slice`` grids, float32, the time axis integer) and
+    ``get_2d_rotary_pos_embed`` (HunyuanDiT: crop ``linspace``, column block first, float32).
+    Per block, ``get_1d_rotary_pos_embed`` at the positions the family builds, broadcast to
+    the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
+    NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
+    work = torch.device(out_device) if out_device is not None else torch.device("cpu")
+    wide = torch.float64 if family == "wan" and compat == "diffusers" else torch.float32
+    k = len(dims)
+    parts_cos, parts_sin = [], []
+    for a, (d, g) in enumerate(zip(r.axes_dim, blocks, strict=True)):
+        time_axis = family == "cogvideox" and g == 0
+        pos = _family_positions(family, dims[g], starts[g], steps[g], cropped and not time_axis,
+                                work)  # fmt: skip
+        if time_axis and cropped:  # get_3d's "linspace" time grid: 0 … T - 1 in float32
+            t = dims[g]
+            pos = torch.linspace(0, t * (t - 1) / t, t, device=work, dtype=torch.float32)
+        cos, sin = rotary_1d(d, pos, float(r.base), freqs_dtype=wide,
+                             interleave=r.layout == "interleaved")  # fmt: skip
+        shape = [1] * k + [d]
+        shape[g] = dims[g]
+        full = [*dims, d]
+        parts_cos.append(cos.reshape(shape).expand(full))
+        parts_sin.append(sin.reshape(shape).expand(full))
+        del a
+    n = math.prod(dims)
+    cos = torch.cat(parts_cos, dim=-1).reshape(n, -1)
+    sin = torch.cat(parts_sin, dim=-1).reshape(n, -1)
+    torch_out = (
+        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
+    )
+    out = compat_dtype(dtype, torch.float32)
+    return compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)

@@ -248,6 +248,20 @@ GRID_POSITIONS = "the grid positions (`shape` and the preset's scaling options)"
 """How errors name a grid's positions."""
 
 
+def rotary_grid(
+    plan: Plan, axes: list[Progression], order: list[int], *, dtype: Any, device: Any, like: Any
+) -> Any:
+    """The evaluation half of ``posenc.rope_grid``: ``[prod(lengths), 2 * width]``, block
+    ``k`` of the plan reading ``axes[k]``, tokens nested by ``order`` (outermost first)."""
+    evaluation = evaluator(like=like, dtype=dtype, device=device)
+    _check(plan, max([a.bound for a in axes] + [0.0]), ROTARY_GRID_POSITIONS, evaluation)
+    return evaluation.grid(plan, axes, order)
+
+
+ROTARY_GRID_POSITIONS = "the grid positions (`shape`, `start`, `step`, `crop`)"
+"""How errors name a rotary grid's positions."""
+
+
 def detr(plan: Plan, enc: Encoding, mask: Any, *, dtype: Any, on_device: bool = False) -> Any:
     """The evaluation half of ``posenc.detr``: ``mask`` ``[B, H, W]`` -> ``[B, dim, H, W]``.
     A library without float64 (JAX without x64) gets NumPy's coordinates and bits, returned

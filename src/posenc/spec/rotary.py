@@ -55,7 +55,12 @@ class Rotary:
             takes (Qwen2-VL ``mrope_section``), in consecutive chunks, or, with
             ``interleave_sections``, round robin (Qwen3-VL).
         axes_dim: axial RoPE: one block of this width per position axis, each with its own
-            frequencies ``base ** (-2j / d_k)`` (FLUX).
+            frequencies ``base ** (-2j / d_k)`` (FLUX). The blocks' frequencies are laid out
+            one after the other, then placed by ``layout`` over the whole width: interleaved
+            pairs stay inside their block; halves pair channel ``i`` with ``i + dim / 2``,
+            both halves holding every block (Qwen2-VL's vision tower, Pixtral, DINOv3).
+        axes_scale: with ``axes_dim``, a factor multiplying each block's frequencies (in
+            float64): DINOv3's ``2 pi``, Pixtral's odd-index shift, a per-axis downscaling.
     """
 
     dim: int
@@ -65,6 +70,7 @@ class Rotary:
     sections: tuple[int, ...] | None = None
     interleave_sections: bool = False
     axes_dim: tuple[int, ...] | None = None
+    axes_scale: tuple[float, ...] | None = None
 
     @property
     def ndim(self) -> int:
@@ -89,22 +95,17 @@ class Rotary:
 def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
     if r.axes_dim is not None:
-        for k, dk in enumerate(r.axes_dim):
+        scales = r.axes_scale or (1.0,) * len(r.axes_dim)
+        for k, (dk, scale) in enumerate(zip(r.axes_dim, scales, strict=True)):
             omega, factor = r.scaling.frequencies(dk, r.base, seq_len)
-            blocks.append((omega, np.full(len(omega), k)))
+            blocks.append((omega * scale, np.full(len(omega), k)))
     else:
         omega, factor = r.scaling.frequencies(r.dim, r.base, seq_len)
         blocks.append((omega, section_axes(r)))
-    order = LAYOUTS[r.layout]
-    columns: list[int] = []  # the frequency u (over all blocks) of each cos channel
-    first = 0
-    for omega, _ in blocks:
-        columns += [first + i for i in order(len(omega))]
-        first += len(omega)
-    cols = np.asarray(columns, dtype=np.int64)
-    src = np.concatenate([2 * cols + 1, 2 * cols])  # cosines, then sines
     omega = np.concatenate([b[0] for b in blocks])
     axis = np.concatenate([b[1] for b in blocks]).astype(np.int64)
+    cols = np.asarray(LAYOUTS[r.layout](len(omega)), dtype=np.int64)  # each cos channel's u
+    src = np.concatenate([2 * cols + 1, 2 * cols])  # cosines, then sines
     return Plan(len(src), r.ndim, omega, axis, src, label, factor)
 
 
@@ -142,6 +143,7 @@ def rotary(
     sections: Any = None,
     interleave_sections: Any = None,
     axes_dim: Any = None,
+    axes_scale: Any = None,
 ) -> Rotary:
     """The checked :class:`Rotary` of :func:`rope`'s keywords: a preset's, replaced by those
     given, then the defaults (base 10000, halves)."""
@@ -152,11 +154,18 @@ def rotary(
         "sections": sections,
         "interleave_sections": interleave_sections,
         "axes_dim": axes_dim,
+        "axes_scale": axes_scale,
     }
     kw: dict[str, Any] = {"base": 10000.0, "layout": "halves", "interleave_sections": False}
+    axial = None
     if preset is not None:
-        kw.update(get_rotary_preset(preset).rotary)
+        p = get_rotary_preset(preset)
+        kw.update(p.rotary)
+        axial = p.axial if axes_dim is None else None  # blocks given: the preset's are not
     kw.update({k: v for k, v in given.items() if v is not None})
+    if axial is not None:  # the blocks this width takes, under every keyword given
+        width = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
+        kw = {**axial(width, check_real("base", kw["base"], positive=True)), **kw}
     return _rotary(dim, **kw)
 
 
@@ -169,6 +178,7 @@ def _rotary(
     scaling: Any = None,
     sections: Any = None,
     axes_dim: Any = None,
+    axes_scale: Any = None,
 ) -> Rotary:
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
     if dim % 2:
@@ -225,7 +235,20 @@ def _rotary(
             raise PosencError(
                 f"`axes_dim` must be even widths adding up to `dim` = {dim}, got {axes_dim}"
             )
-    return Rotary(dim, s, base, layout, sections, interleave_sections, axes_dim)
+    if axes_scale is not None:
+        if axes_dim is None:
+            raise PosencError("`axes_scale` needs `axes_dim` (one factor per block)")
+        if not isinstance(axes_scale, list | tuple) or len(axes_scale) != len(axes_dim):
+            raise PosencError(
+                f"`axes_scale` must be a tuple of {len(axes_dim)} factors (one per block of "
+                f"`axes_dim` {axes_dim}), got {show(axes_scale)}"
+            )
+        axes_scale = tuple(
+            check_real(f"axes_scale[{i}]", v, positive=True) for i, v in enumerate(axes_scale)
+        )
+        if all(v == 1.0 for v in axes_scale):
+            axes_scale = None  # one table: one cache entry
+    return Rotary(dim, s, base, layout, sections, interleave_sections, axes_dim, axes_scale)
 
 
 def pair_channels(w: int, layout: str) -> tuple[slice, slice]:

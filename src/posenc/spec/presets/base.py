@@ -111,9 +111,21 @@ class RotaryPreset:
         dim: the family's rotary width (``head_dim`` times any partial factor); a preset does
             not fix it: pass your model's.
         rotary: the keywords (``base``, ``scaling``, ``layout``, ``sections``,
-            ``interleave_sections``, ``axes_dim``); keywords given with the preset replace
-            these.
+            ``interleave_sections``, ``axes_dim``, ``axes_scale``); keywords given with the
+            preset replace these.
         quirks: what to know when porting a checkpoint.
+        axial: for a family whose blocks follow its head width (Wan, CogVideoX, the vision
+            towers): ``(dim, base) -> {"axes_dim": …, "axes_scale": …}``, the keywords it
+            adds for a given width, under those of ``rotary``.
+        block_axes: for :func:`posenc.rope_grid`: the grid axis each block encodes, when it
+            is not the block's own index (``(1, 0)``: the column block first, as HunyuanDiT
+            and SAM 2 lay them out).
+        positions: for :func:`posenc.rope_grid`: ``dims -> (start, step)`` per grid axis,
+            the family's coordinates when the call gives none (DINOv3's ``(i + 0.5) / n * 2
+            - 1``); default ``0, 1, 2, …``.
+        originals: the ``compat=`` modes that repeat the family's own arithmetic
+            (``"diffusers"``, ``"transformers"``, ``"timm"``: the module
+            ``posenc.compat.<mode>``'s ``rotary_grid``), beside the exact default.
 
     Examples:
         >>> p = posenc.preset("llama3")
@@ -128,6 +140,10 @@ class RotaryPreset:
     dim: int
     rotary: Mapping[str, Any]
     quirks: str = ""
+    axial: Callable[[int, float], Mapping[str, Any]] | None = None
+    block_axes: tuple[int, ...] | None = None
+    positions: Callable[[tuple[int, ...]], tuple[list[float], list[float]]] | None = None
+    originals: tuple[str, ...] = ()
 
     def settings(self) -> str:
         """The keywords, as a call would spell them."""

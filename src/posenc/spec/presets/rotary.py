@@ -1,12 +1,16 @@
 """The rotary presets: the ``ROTARY_PRESETS`` data, one entry per model family.
 
 Each entry is the keywords of :func:`posenc.rope` the family uses (see
-:class:`~posenc.spec.presets.base.RotaryPreset`).
+:class:`~posenc.spec.presets.base.RotaryPreset`): the language models' here, the image and
+video models' in :mod:`posenc.spec.presets.vision`, both in ``ROTARY_PRESETS``.
 """
 
 from __future__ import annotations
 
 from posenc.spec.presets.base import RotaryPreset
+from posenc.spec.presets.vision import VISION_PRESETS
+from posenc.spec.presets.vision_timm import TIMM_PRESETS
+from posenc.spec.presets.vision_transformers import HF_VISION_PRESETS
 
 _YARN_V3 = {
     "rope_type": "yarn",
@@ -142,3 +146,4 @@ ROTARY_PRESETS: dict[str, RotaryPreset] = {
         ),
     ]
 }
+ROTARY_PRESETS.update({**VISION_PRESETS, **HF_VISION_PRESETS, **TIMM_PRESETS})

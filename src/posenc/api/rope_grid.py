@@ -1,0 +1,285 @@
+"""``posenc.rope_grid``: the axial rotary tables of every token of an image or video grid.
+
+One block of channels per grid axis (:class:`~posenc.spec.rotary.Rotary` with ``axes_dim``),
+each grid axis at the positions ``start + i * step`` (integers by default, a crop of a base
+grid with ``crop=``), the tokens flattened with the first axis outermost, as diffusers' video
+and image transformers order them. The exact engine evaluates it per axis (float64 angles,
+one rounding); ``compat=`` repeats a family's own arithmetic
+(:mod:`posenc.compat.diffusers`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
+
+from posenc import evaluate
+from posenc._types import Floats, NumpyDType
+from posenc.api.rope import _label
+from posenc.errors import MAX_POSITION, PosencError, check_choice, check_int, check_real, show
+from posenc.evaluate.libs import is_torch
+from posenc.evaluate.positions import Progression, grid_shape
+from posenc.spec.presets import get_rotary_preset
+from posenc.spec.rotary import rotary
+
+if TYPE_CHECKING:
+    from posenc._types import Tensor, TorchDType
+
+
+@overload
+def rope_grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | None = ...,
+    base: float | None = ...,
+    layout: str | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
+    block_axes: tuple[int, ...] | None = ...,
+    start: float | Sequence[float] | None = ...,
+    step: float | Sequence[float] | None = ...,
+    crop: tuple[Sequence[float], Sequence[float]] | None = ...,
+    dtype: TorchDType,
+    device: Any = ...,
+    like: Any = ...,
+    compat: str | None = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def rope_grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | None = ...,
+    base: float | None = ...,
+    layout: str | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
+    block_axes: tuple[int, ...] | None = ...,
+    start: float | Sequence[float] | None = ...,
+    step: float | Sequence[float] | None = ...,
+    crop: tuple[Sequence[float], Sequence[float]] | None = ...,
+    dtype: Any = ...,
+    device: Any = ...,
+    like: Tensor,
+    compat: str | None = ...,
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def rope_grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | None = ...,
+    base: float | None = ...,
+    layout: str | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
+    block_axes: tuple[int, ...] | None = ...,
+    start: float | Sequence[float] | None = ...,
+    step: float | Sequence[float] | None = ...,
+    crop: tuple[Sequence[float], Sequence[float]] | None = ...,
+    dtype: NumpyDType = ...,
+    device: None = ...,
+    like: np.ndarray | None = ...,
+    compat: str | None = ...,
+) -> tuple[Floats, Floats]: ...
+
+
+@overload
+def rope_grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | None = ...,
+    base: float | None = ...,
+    layout: str | None = ...,
+    axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
+    block_axes: tuple[int, ...] | None = ...,
+    start: float | Sequence[float] | None = ...,
+    step: float | Sequence[float] | None = ...,
+    crop: tuple[Sequence[float], Sequence[float]] | None = ...,
+    dtype: Any = ...,
+    device: Any = ...,
+    like: Any = ...,
+    compat: str | None = ...,
+) -> tuple[Any, Any]: ...
+
+
+def rope_grid(
+    shape: int | tuple[int, ...],
+    dim: int,
+    *,
+    preset: str | None = None,
+    base: float | None = None,
+    layout: str | None = None,
+    axes_dim: tuple[int, ...] | None = None,
+    axes_scale: tuple[float, ...] | None = None,
+    block_axes: tuple[int, ...] | None = None,
+    start: float | Sequence[float] | None = None,
+    step: float | Sequence[float] | None = None,
+    crop: tuple[Sequence[float], Sequence[float]] | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    like: Any = None,
+    compat: str | None = None,
+) -> tuple[Any, Any]:
+    """The rotary tables ``cos, sin`` of every token of a grid (axial RoPE: image and video
+    transformers).
+
+    Args:
+        shape: the grid, first axis outermost in the token order: ``(H, W)`` patches of an
+            image, ``(F, H, W)`` latent frames, rows and columns of a video.
+        dim: the rotary width (the head dimension): the blocks of ``axes_dim`` add up to it.
+        preset: an image or video family (``wan``, ``hunyuan-video``, ``cogvideox``,
+            ``hunyuan-dit``, ``flux``; ``posenc.presets("rotary")``): its base, layout and
+            how it splits ``dim`` into blocks. Keywords given beside it replace the preset's.
+        base: ``theta`` (10000).
+        layout: ``"interleaved"`` (pairs ``(2i, 2i+1)``, each block's own: FLUX, Wan,
+            HunyuanVideo, CogVideoX), ``"halves"`` (pairs ``(i, i + dim/2)``, both halves
+            holding every block: Qwen2-VL's vision tower, Pixtral) or ``"compact"``.
+        axes_dim: the width of each block, one per grid axis, adding up to ``dim``; each
+            block has its own frequencies ``base ** (-2j / d_a)``.
+        axes_scale: a factor multiplying each block's frequencies (default 1).
+        block_axes: the grid axis each block encodes (default: block ``a`` encodes axis
+            ``a``; ``(1, 0)``: the column block first).
+        start: the position of each axis's first row (one value, or one per axis; 0, or the
+            preset's coordinates: DINOv3's and timm's normalised grids).
+        step: the distance between rows (one value, or one per axis; 1, or the preset's).
+        crop: ``((top, left, …), (bottom, right, …))``: the last axes take positions ``top
+            + i * (bottom - top) / n`` (the originals' ``numpy.linspace(top, bottom, n,
+            endpoint=False)``: a crop of a base grid, HunyuanDiT and CogVideoX 1.0), the axes
+            before them ``0 … n - 1``. Excludes ``start`` and ``step``.
+        dtype: output dtype (default float32, or torch's default dtype).
+        device: the torch device of the result (torch output).
+        like: an array whose library and device the result follows.
+        compat: the family's own arithmetic, bit for bit on CPU torch (its positions
+            included): ``"diffusers"`` (``"diffusers-mps"``: Wan's float32 tables on a host
+            with MPS), ``"transformers"``, ``"timm"``; ``posenc.preset(name).originals`` lists
+            a family's modes. Default: exact.
+
+    Returns:
+        ``(cos, sin)``, each ``[prod(shape), dim]`` (``dim / 2`` compact).
+
+    Examples:
+        >>> cos, sin = posenc.rope_grid((21, 45, 80), 128, preset="wan")   # 720p, 81 frames
+        >>> cos.shape
+        (75600, 128)
+        >>> cos, sin = posenc.rope_grid((32, 24), 88, preset="hunyuan-dit",
+        ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
+    """
+    r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
+               axes_scale=axes_scale)  # fmt: skip
+    if r.axes_dim is None:
+        raise PosencError(
+            "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "
+            "(wan, hunyuan-video, cogvideox, hunyuan-dit, flux)"
+        )
+    k = len(r.axes_dim)
+    dims = grid_shape(shape, k)
+    blocks = _block_axes(block_axes, preset, k)
+    recipe = get_rotary_preset(preset).positions if preset is not None else None
+    if recipe is not None and start is None and step is None and crop is None:
+        start, step = recipe(dims)  # the family's own coordinates for this grid
+    starts, steps = _coordinates(dims, start, step, crop)
+    if compat is not None:
+        family = get_rotary_preset(preset) if preset is not None else None
+        if family is None or not family.originals:
+            raise PosencError(
+                f"`compat` repeats a family's own arithmetic: pass a preset that has one "
+                f"(wan, hunyuan-video, cogvideox, hunyuan-dit), got preset={show(preset)}"
+            )
+        compat = check_choice("compat", compat, family.originals)
+        original = importlib.import_module(ORIGINALS[compat])
+        return original.rotary_grid(family.name, compat, dims, r, blocks, starts, steps,  # type: ignore[no-any-return]
+                                    cropped=crop is not None, dtype=dtype, device=device,
+                                    like=like)  # fmt: skip
+    axes = [Progression(starts[g], steps[g], dims[g]) for g in blocks]
+    order = [blocks.index(g) for g in range(k)]
+    if is_torch(like) and device is None:
+        device = like.device
+    both = evaluate.rotary_grid(r.plan(None, _label(r)), axes, order, dtype=dtype,
+                                device=device, like=like)  # fmt: skip
+    w = r.width
+    return both[:, :w], both[:, w:]
+
+
+def _block_axes(given: Any, preset: str | None, k: int) -> list[int]:
+    """The grid axis of each block: ``given``, the preset's, or ``0 … k - 1``."""
+    if given is None and preset is not None:
+        given = get_rotary_preset(preset).block_axes
+    if given is None:
+        return list(range(k))
+    if not isinstance(given, list | tuple) or sorted(given) != list(range(k)):
+        raise PosencError(
+            f"`block_axes` must order the {k} grid axes (a permutation of {tuple(range(k))}), "
+            f"got {show(given)}"
+        )
+    return [check_int(f"block_axes[{i}]", a) for i, a in enumerate(given)]
+
+
+def _per_axis(name: str, value: Any, k: int, default: float) -> list[float]:
+    if value is None:
+        return [default] * k
+    values = list(value) if isinstance(value, list | tuple) else [value] * k
+    if len(values) != k:
+        raise PosencError(f"`{name}` must be one value or {k} (one per axis), got {show(value)}")
+    return [check_real(f"{name}[{i}]", v) for i, v in enumerate(values)]
+
+
+def _coordinates(
+    dims: tuple[int, ...], start: Any, step: Any, crop: Any
+) -> tuple[list[float], list[float]]:
+    """Each axis's first position and step."""
+    k = len(dims)
+    if crop is None:
+        starts, steps = _per_axis("start", start, k, 0.0), _per_axis("step", step, k, 1.0)
+    else:
+        if start is not None or step is not None:
+            raise PosencError("`crop` gives the positions: pass it without `start` and `step`")
+        top, bottom = _crop_pair(crop, k)
+        m = len(top)
+        lo = [check_real(f"crop[0][{i}]", v) for i, v in enumerate(top)]
+        hi = [check_real(f"crop[1][{i}]", v) for i, v in enumerate(bottom)]
+        spans = zip(lo, hi, dims[k - m :], strict=True)
+        starts = [0.0] * (k - m) + lo
+        steps = [1.0] * (k - m) + [(b - a) / n if n else 1.0 for a, b, n in spans]
+    for a, (s0, st, n) in enumerate(zip(starts, steps, dims, strict=True)):
+        last = s0 + st * max(n - 1, 0)
+        if not (math.isfinite(last) and abs(last) <= MAX_POSITION):
+            raise PosencError(
+                f"the positions of grid axis {a} ({s0:g} + i * {st:g} for i < {n}) must stay "
+                f"within +-2^53, got {np.float64(last)!r}"
+            )
+    return starts, steps
+
+
+def _crop_pair(crop: Any, k: int) -> tuple[Sequence[Any], Sequence[Any]]:
+    """``crop``'s two corners, of one length between 1 and ``k``."""
+    pair = isinstance(crop, list | tuple) and len(crop) == 2
+    top, bottom = crop if pair else ((), ())
+    sides = isinstance(top, list | tuple) and isinstance(bottom, list | tuple)
+    if pair and sides and len(top) == len(bottom) and 0 < len(top) <= k:
+        return top, bottom
+    raise PosencError(
+        f"`crop` must be ((top, left, …), (bottom, right, …)) for at most {k} axes, "
+        f"got {show(crop)}"
+    )
+
+
+ORIGINALS = {
+    "diffusers": "posenc.compat.diffusers",
+    "diffusers-mps": "posenc.compat.diffusers",
+    "transformers": "posenc.compat.transformers_vision",
+    "timm": "posenc.compat.timm",
+}
+"""The module whose ``rotary_grid(family, compat, dims, r, blocks, starts, steps, *, cropped,
+dtype, device, like)`` repeats each ``compat=`` mode's arithmetic."""

@@ -1,0 +1,95 @@
+"""The rotary presets of image and video models: the ``VISION_PRESETS`` data.
+
+Each family is axial RoPE (:class:`~posenc.spec.rotary.Rotary` with ``axes_dim``): one block
+of channels per grid axis, each block its own frequency ladder ``base ** (-2j / d_a)``. What
+tells the families apart is how the head is split (``axial``), the layout, the base and which
+grid axis each block encodes; their coordinates are :func:`posenc.rope_grid`'s ``start`` and
+``step``. ``originals`` names the ``compat=`` modes that repeat a family's own arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posenc.errors import PosencError
+from posenc.spec.presets.base import RotaryPreset
+
+
+def _split(name: str, dim: int, rule: str, widths: tuple[int, ...]) -> dict[str, Any]:
+    """``{"axes_dim": widths}``, or the error naming the family's rule when ``dim`` does not
+    split into even blocks by it."""
+    if any(w <= 0 or w % 2 for w in widths) or sum(widths) != dim:
+        raise PosencError(
+            f"`dim` = {dim} does not split into {name}'s even blocks ({rule}): got {widths}"
+        )
+    return {"axes_dim": widths}
+
+
+def _wan(dim: int, base: float) -> dict[str, Any]:
+    side = 2 * (dim // 6)
+    return _split("wan", dim, "h = w = 2 * (dim // 6), t the rest", (dim - 2 * side, side, side))
+
+
+def _cogvideox(dim: int, base: float) -> dict[str, Any]:
+    rule = "t = dim // 4, h = w = dim // 8 * 3"
+    return _split("cogvideox", dim, rule, (dim // 4, dim // 8 * 3, dim // 8 * 3))
+
+
+def _halves(name: str) -> Any:
+    def axial(dim: int, base: float) -> dict[str, Any]:
+        return _split(name, dim, "dim / 2 per axis", (dim // 2, dim // 2))
+
+    return axial
+
+
+VISION_PRESETS: dict[str, RotaryPreset] = {
+    p.name: p
+    for p in [
+        RotaryPreset(
+            "wan",
+            "diffusers WanRotaryPosEmbed (Wan 2.1/2.2, SkyReels-V2, Sana-Video, ChronoEdit)",
+            "3D axial, [t | h | w] blocks interleaved, h = w = 2 (d // 6), base 10000",
+            128,
+            {"base": 10000.0, "layout": "interleaved"},
+            "diffusers keeps float64 tables of rows 0 … 1023 as float32 buffers: exact, except "
+            "on a host with MPS (float32 angles, even on the CPU) and after .to(bfloat16)",
+            axial=_wan,
+            originals=("diffusers", "diffusers-mps"),
+        ),
+        RotaryPreset(
+            "hunyuan-video",
+            "diffusers HunyuanVideoRotaryPosEmbed (HunyuanVideo, 1.5, Framepack)",
+            "3D axial, [t | h | w] blocks of 16, 56, 56 interleaved, base 256",
+            128,
+            {"base": 256.0, "layout": "interleaved", "axes_dim": (16, 56, 56)},
+            "diffusers computes in float32 (4.7e-6 off at 720p, 129 frames); text tokens are "
+            "not rotated",
+            originals=("diffusers",),
+        ),
+        RotaryPreset(
+            "cogvideox",
+            "diffusers get_3d_rotary_pos_embed (CogVideoX 1.0/1.5, EasyAnimate, ConsisID)",
+            "3D axial, [t | h | w] blocks d/4, 3d/8, 3d/8 interleaved, base 10000",
+            64,
+            {"base": 10000.0, "layout": "interleaved"},
+            "float32 in diffusers; CogVideoX 1.0 crops its grid into 45 x 30 (fractional "
+            "positions: rope_grid's crop=), 1.5 uses integer positions",
+            axial=_cogvideox,
+            originals=("diffusers",),
+        ),
+        RotaryPreset(
+            "hunyuan-dit",
+            "diffusers get_2d_rotary_pos_embed (HunyuanDiT); Tencent HunyuanDiT get_2d_rotary",
+            "2D axial, [column | row] blocks of d/2 interleaved, base 10000",
+            88,
+            {"base": 10000.0, "layout": "interleaved"},
+            "the first block encodes the column; positions are a crop of a 32 x 32 base grid "
+            "(rope_grid's crop=), which diffusers' torch port computes off by up to 0.083 when "
+            "the crop does not start at 0: compat='diffusers' repeats that, the default is the "
+            "original's",
+            axial=_halves("hunyuan-dit"),
+            block_axes=(1, 0),
+            originals=("diffusers",),
+        ),
+    ]
+}

@@ -1,0 +1,340 @@
+"""``posenc.rope_grid`` for diffusers' video and image families (Wan, HunyuanVideo, CogVideoX,
+HunyuanDiT), against diffusers itself: ``compat="diffusers"`` equal bit for bit at the models'
+sizes and odd ones; the exact tables within float32 rounding of a float64 reference written
+here from the formula; the float32-only evaluator within 1e-6 at the largest catalogued
+sizes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc.errors import PosencError
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+from diffusers.models import embeddings  # noqa: E402
+from diffusers.models.transformers import transformer_hunyuan_video, transformer_wan  # noqa: E402
+
+
+def reference(dims, axes_dim, base, blocks, positions, layout="interleaved"):
+    """float64 (cos, sin) ``[prod(dims), sum(axes_dim)]``: block ``a`` encodes grid axis
+    ``blocks[a]`` at ``positions[blocks[a]]`` with frequencies ``base ** (-2j / d_a)``."""
+    grids = np.meshgrid(*[np.asarray(p, dtype=np.float64) for p in positions], indexing="ij")
+    coords = [g.reshape(-1) for g in grids]
+    angles = []
+    for d, g in zip(axes_dim, blocks, strict=True):
+        omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        angles.append(coords[g][:, None] * omega[None])
+    theta = np.concatenate(angles, axis=1)
+    if layout == "interleaved":
+        theta = np.repeat(theta, 2, axis=1)
+    else:
+        theta = np.concatenate([theta, theta], axis=1)
+    return np.cos(theta), np.sin(theta)
+
+
+def assert_exact(got, want):
+    """Within one float32 rounding of the float64 value."""
+    got = np.asarray(got, dtype=np.float64)
+    np.testing.assert_array_less(np.abs(got - want), 6e-8 * np.abs(want) + 1e-38)
+
+
+def _pairs(out):
+    return [np.asarray(t.double().numpy() if hasattr(t, "numpy") else t) for t in out]
+
+
+# ---------------------------------------------------------------------------------------------
+# Wan
+
+
+@pytest.mark.parametrize(
+    ("frames", "height", "width"),
+    [(21, 45, 80), (1, 7, 5), (3, 30, 52)],  # 720p x 81 frames; an image; odd sizes
+)
+@pytest.mark.parametrize("head", [128, 64, 40])
+def test_wan(frames, height, width, head):
+    module = transformer_wan.WanRotaryPosEmbed(head, (1, 2, 2), 1024)
+    hidden = torch.zeros(1, 1, frames, 2 * height, 2 * width)
+    want_cos, want_sin = (t[0, :, 0] for t in module(hidden))  # [1, S, 1, D]
+    cos, sin = posenc.rope_grid((frames, height, width), head, preset="wan", compat="diffusers",
+                                dtype=torch.float32)  # fmt: skip
+    assert torch.equal(cos, want_cos)
+    assert torch.equal(sin, want_sin)
+    side = 2 * (head // 6)
+    axes = (head - 2 * side, side, side)
+    ref = reference((frames, height, width), axes, 1e4, (0, 1, 2),
+                    [np.arange(n) for n in (frames, height, width)])  # fmt: skip
+    for got, want in zip(posenc.rope_grid((frames, height, width), head, preset="wan"), ref,
+                         strict=True):  # fmt: skip
+        assert_exact(got, want)
+
+
+def test_wan_on_a_host_with_mps(monkeypatch):
+    """Wan's tables are float32 on a host with MPS, on the CPU too: compat 'diffusers-mps'."""
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    module = transformer_wan.WanRotaryPosEmbed(128, (1, 2, 2), 1024)
+    hidden = torch.zeros(1, 1, 21, 90, 160)
+    want = [t[0, :, 0] for t in module(hidden)]
+    got = posenc.rope_grid((21, 45, 80), 128, preset="wan", compat="diffusers-mps",
+                           dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    ref = reference((21, 45, 80), (44, 42, 42), 1e4, (0, 1, 2), [np.arange(21),
+                    np.arange(45), np.arange(80)])  # fmt: skip
+    mps_error = max(np.abs(w.double().numpy() - r).max() for w, r in zip(want, ref, strict=True))
+    assert mps_error > 1e-6  # the float32 angles' error (2.6e-6 in the catalogue)
+    for g, r in zip(posenc.rope_grid((21, 45, 80), 128, preset="wan"), ref, strict=True):
+        assert_exact(g, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# HunyuanVideo
+
+
+@pytest.mark.parametrize(("frames", "height", "width"), [(33, 45, 80), (1, 3, 9), (5, 17, 8)])
+def test_hunyuan_video(frames, height, width):
+    module = transformer_hunyuan_video.HunyuanVideoRotaryPosEmbed(2, 1, [16, 56, 56], 256.0)
+    want = module(torch.zeros(1, 1, frames, 2 * height, 2 * width))
+    got = posenc.rope_grid((frames, height, width), 128, preset="hunyuan-video",
+                           compat="diffusers", dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    ref = reference((frames, height, width), (16, 56, 56), 256.0, (0, 1, 2),
+                    [np.arange(n) for n in (frames, height, width)])  # fmt: skip
+    exact = posenc.rope_grid((frames, height, width), 128, preset="hunyuan-video")
+    for g, r in zip(exact, ref, strict=True):
+        assert_exact(g, r)
+    if frames * height * width > 10_000:  # the original's float32 angles are off by more
+        original = max(np.abs(w.double().numpy() - r).max() for w, r in zip(want, ref, strict=True))
+        ours = max(np.abs(g - r).max() for g, r in zip(exact, ref, strict=True))
+        assert original > 1e-6 > ours
+
+
+# ---------------------------------------------------------------------------------------------
+# CogVideoX: crop-linspace (1.0) and slice (1.5) grids
+
+
+def _numpy_crop(start, stop, n):
+    """The original code's crop grid (numpy.linspace(start, stop, n, endpoint=False))."""
+    return np.linspace(start, stop, n, endpoint=False)
+
+
+@pytest.mark.parametrize(
+    ("frames", "grid", "base"),
+    [(13, (30, 45), (30, 45)), (13, (60, 90), (30, 45)), (7, (40, 52), (30, 45)),
+     (4, (23, 17), (30, 45))],
+)  # fmt: skip
+def test_cogvideox_crop_grids(frames, grid, base):
+    """CogVideoX 1.0: the pipeline's crop of the grid into its 45 x 30 base grid."""
+    from diffusers.pipelines.cogvideo.pipeline_cogvideox import get_resize_crop_region_for_grid
+
+    h, w = grid
+    top_left, bottom_right = get_resize_crop_region_for_grid((h, w), base[1], base[0])
+    want = embeddings.get_3d_rotary_pos_embed(64, (top_left, bottom_right), (h, w), frames)
+    crop = (tuple(top_left), tuple(bottom_right))
+    got = posenc.rope_grid((frames, h, w), 64, preset="cogvideox", crop=crop,
+                           compat="diffusers", dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
+    positions = [np.arange(frames), _numpy_crop(top_left[0], bottom_right[0], h),
+                 _numpy_crop(top_left[1], bottom_right[1], w)]  # fmt: skip
+    ref = reference((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2), positions)
+    for g, r in zip(posenc.rope_grid((frames, h, w), 64, preset="cogvideox", crop=crop), ref,
+                    strict=True):  # fmt: skip
+        assert_exact(g, r)
+
+
+@pytest.mark.parametrize(("frames", "grid"), [(11, (48, 85)), (3, (7, 9))])
+def test_cogvideox_slice_grids(frames, grid):
+    """CogVideoX 1.5: integer positions ("slice"), the tables cut from the base grid's."""
+    h, w = grid
+    want = embeddings.get_3d_rotary_pos_embed(64, None, (h, w), frames, grid_type="slice",
+                                              max_size=(h + 3, w + 2))  # fmt: skip
+    got = posenc.rope_grid((frames, h, w), 64, preset="cogvideox", compat="diffusers",
+                           dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
+    ref = reference((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2),
+                    [np.arange(n) for n in (frames, h, w)])  # fmt: skip
+    for g, r in zip(posenc.rope_grid((frames, h, w), 64, preset="cogvideox"), ref, strict=True):
+        assert_exact(g, r)
+
+
+# ---------------------------------------------------------------------------------------------
+# HunyuanDiT: the 2D crop grid, column block first
+
+
+@pytest.mark.parametrize(
+    ("size", "crop"),
+    [((64, 64), ((0, 0), (32, 32))), ((64, 48), ((0, 4), (32, 28))), ((48, 64), ((4, 0), (28, 32))),
+     ((37, 29), ((3, 1), (29, 31)))],
+)  # fmt: skip
+def test_hunyuan_dit(size, crop):
+    h, w = size
+    want = embeddings.get_2d_rotary_pos_embed(88, crop, (h, w), use_real=True)
+    got = posenc.rope_grid((h, w), 88, preset="hunyuan-dit", crop=crop, compat="diffusers",
+                           dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
+    positions = [_numpy_crop(crop[0][0], crop[1][0], h), _numpy_crop(crop[0][1], crop[1][1], w)]
+    ref = reference((h, w), (44, 44), 1e4, (1, 0), positions)
+    exact = posenc.rope_grid((h, w), 88, preset="hunyuan-dit", crop=crop)
+    for g, r in zip(exact, ref, strict=True):
+        assert_exact(g, r)
+    torch_port = max(np.abs(x.double().numpy() - r).max() for x, r in zip(want, ref, strict=True))
+    if crop[0] == (0, 0):  # diffusers' linspace is numpy's endpoint=False from 0 only
+        assert torch_port < 1e-5
+    else:  # the catalogued regression: 0.079 at 1024 x 768
+        assert torch_port > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# the float32-only evaluator (MPS, exported graphs), forced here on the CPU
+
+
+@pytest.fixture
+def float32_only(monkeypatch):
+    from posenc.evaluate.libs.torch import TorchBackend
+
+    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
+    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
+
+
+@pytest.mark.parametrize(
+    ("preset", "dims", "head", "kw", "axes", "base", "positions"),
+    [
+        ("wan", (21, 45, 80), 128, {}, (44, 42, 42), 1e4, None),
+        ("hunyuan-video", (33, 45, 80), 128, {}, (16, 56, 56), 256.0, None),
+        ("flux", (1, 256, 256), 128, {}, (16, 56, 56), 1e4, None),  # 4096 x 4096 px
+        ("cogvideox", (13, 60, 90), 64, {"crop": ((0, 0), (30, 45))}, (16, 24, 24), 1e4,
+         [np.arange(13), _numpy_crop(0, 30, 60), _numpy_crop(0, 45, 90)]),
+    ],
+)  # fmt: skip
+def test_float32_only_path(float32_only, preset, dims, head, kw, axes, base, positions):
+    cos, sin = posenc.rope_grid(dims, head, preset=preset, dtype=torch.float32, **kw)
+    ref = reference(dims, axes, base, (0, 1, 2), positions or [np.arange(n) for n in dims])
+    for got, want in zip((cos, sin), ref, strict=True):
+        assert np.abs(got.double().numpy() - want).max() < 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# the arguments
+
+
+def test_grid_positions_follow_start_and_step():
+    cos, sin = posenc.rope_grid((4, 6), 32, axes_dim=(16, 16), start=(2.5, -3), step=(0.5, 2))
+    ref = reference((4, 6), (16, 16), 1e4, (0, 1), [2.5 + 0.5 * np.arange(4),
+                    -3 + 2 * np.arange(6)], layout="halves")  # fmt: skip
+    assert_exact(cos, ref[0])
+    assert_exact(sin, ref[1])
+    ids = np.stack(np.meshgrid(2.5 + 0.5 * np.arange(4), -3 + 2 * np.arange(6), indexing="ij"), -1)
+    by_ids = posenc.rope(ids.reshape(-1, 2), 32, axes_dim=(16, 16))  # the same tables
+    assert all(np.array_equal(a, b) for a, b in zip(by_ids, (cos, sin), strict=True))
+
+
+def test_halves_hold_every_block_in_both_halves():
+    cos, _ = posenc.rope_grid((3, 5), 16, axes_dim=(8, 8), layout="halves")
+    np.testing.assert_array_equal(cos[:, :8], cos[:, 8:])
+    ref, _ = reference((3, 5), (8, 8), 1e4, (0, 1), [np.arange(3), np.arange(5)], "halves")
+    assert_exact(cos, ref)
+
+
+def test_axes_scale_multiplies_each_block():
+    cos, sin = posenc.rope_grid((5, 4), 32, axes_dim=(16, 16), axes_scale=(2 * math.pi, 0.25))
+    plain = reference((5, 4), (16, 16), 1e4, (0, 1), [2 * math.pi * np.arange(5),
+                      0.25 * np.arange(4)], layout="halves")  # fmt: skip
+    assert_exact(cos, plain[0])
+    assert_exact(sin, plain[1])
+
+
+def test_torch_output_follows_dtype_and_like():
+    cos, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", dtype=torch.bfloat16)
+    assert cos.dtype == torch.bfloat16
+    assert cos.shape == (24, 128)
+    like = torch.zeros(1, dtype=torch.float64)
+    cos64, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", like=like, dtype=torch.float64)
+    ref, _ = reference((2, 3, 4), (44, 42, 42), 1e4, (0, 1, 2), [np.arange(2), np.arange(3),
+                       np.arange(4)])  # fmt: skip
+    np.testing.assert_allclose(cos64.numpy(), ref, rtol=0, atol=1e-15)
+    assert cos.float().sub(cos64.float()).abs().max() <= 2**-8
+
+
+@pytest.mark.parametrize(
+    ("call", "fragment"),
+    [
+        (lambda: posenc.rope_grid((4, 4), 64), "needs one block per grid axis"),
+        (lambda: posenc.rope_grid((4, 4), 64, preset="wan"), "must have 3 axes"),
+        (lambda: posenc.rope_grid((4, 4, 4), 4, preset="wan"), "wan's even blocks"),
+        (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), block_axes=(0, 0)),
+         "`block_axes` must order"),
+        (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), start=(1, 2, 3)), "`start`"),
+        (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), crop=((0,), (1, 2))), "`crop`"),
+        (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), crop=((0, 0), (4, 4)), step=2),
+         "without `start` and `step`"),
+        (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), compat="diffusers"),
+         "pass a preset that has one"),
+        (lambda: posenc.rope_grid((4, 4, 4), 128, preset="wan", compat="timm"), "`compat`"),
+        (lambda: posenc.rope_grid((4, 4, 4), 128, preset="wan", start=1, compat="diffusers"),
+         "positions 0, 1, 2"),
+        (lambda: posenc.rope_grid((1025, 1, 1), 128, preset="wan", compat="diffusers"),
+         "1024 rows"),
+        (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), step=1e300), "within +-2^53"),
+        (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), axes_scale=(1.0,)),
+         "`axes_scale` must be a tuple of 2"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_named(call, fragment):
+    with pytest.raises(PosencError, match=None) as err:
+        call()
+    assert fragment in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# apply_rope: the originals' rotations, bit for bit
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(("layout", "unbind"), [("interleaved", -1), ("halves", -2)])
+@pytest.mark.parametrize("sequence_dim", [1, 2])
+def test_apply_rope_compat_diffusers(dtype, layout, unbind, sequence_dim):
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    x = torch.randn(2, 3, 35, 64).to(dt)  # [B, H, S, D], or [B, S, H, D] for sequence_dim 1
+    if sequence_dim == 1:
+        x = x.transpose(1, 2).contiguous()
+    cos, sin = posenc.rope_grid((5, 7), 64, axes_dim=(32, 32), layout=layout, dtype=torch.float32)
+    want = embeddings.apply_rotary_emb(x, (cos, sin), use_real=True, use_real_unbind_dim=unbind,
+                                       sequence_dim=sequence_dim)  # fmt: skip
+    c, s = (cos[:, None], sin[:, None]) if sequence_dim == 1 else (cos, sin)
+    got = posenc.apply_rope(x, c, s, layout, compat="diffusers")
+    assert got.dtype == dt
+    assert torch.equal(got, want)
+    exact = posenc.apply_rope(x, c, s, layout)  # rounded once: at least as close to float64
+    truth = posenc.apply_rope(x.double(), c.double(), s.double(), layout)
+    assert (exact.double() - truth).abs().max() <= (want.double() - truth).abs().max()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_apply_rope_compat_transformers(dtype, quiet_transformers):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    q = torch.randn(2, 4, 16, 96).to(dt)
+    cos, sin = posenc.rope(torch.arange(16)[None], 64, dtype=dt)  # partial: 64 of 96 rotate
+    want, _ = apply_rotary_pos_emb(q[..., :64], q[..., :64], cos, sin)
+    got = posenc.apply_rope(q, cos[:, None], sin[:, None], compat="transformers")
+    assert torch.equal(got[..., :64], want)
+    assert torch.equal(got[..., 64:], q[..., 64:])
+
+
+def test_apply_rope_compat_arguments():
+    x = np.zeros((2, 8), dtype=np.float32)
+    cos, sin = np.ones((2, 8), np.float32), np.zeros((2, 8), np.float32)
+    with pytest.raises(PosencError, match="torch `x`"):
+        posenc.apply_rope(x, cos, sin, compat="diffusers")
+    with pytest.raises(PosencError, match="`compat` must be one of"):
+        posenc.apply_rope(torch.from_numpy(x), torch.from_numpy(cos), torch.from_numpy(sin),
+                          compat="timm")  # fmt: skip
+    with pytest.raises(PosencError, match="'compact'"):
+        posenc.apply_rope(torch.zeros(2, 8), torch.ones(2, 4), torch.zeros(2, 4), "compact",
+                          compat="diffusers")  # fmt: skip
