@@ -1,6 +1,7 @@
 """The benchmarks (``python -m benchmarks.<name>``; BENCHMARKS.md has the commands and figures).
-They import transformers and timm beside the test extra's torchvision: made importable first."""
+They import transformers and timm beside the test extra's torchvision: the machine is
+prepared first (tests/environment.py)."""
 
-from tests.torchvision_shim import torchvision_importable
+from tests.environment import prepare
 
-torchvision_importable()
+prepare()

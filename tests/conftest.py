@@ -3,7 +3,8 @@ database), so the property tests are deterministic and bounded; HYPOTHESIS_PROFI
 draws 2000 fresh random examples per property.
 
 The shared fixtures: `backend` (each array library, for the parity tests), `vaswani_exact`
-(mpmath's tables for the accuracy and rounding tests) and `quiet_transformers`."""
+(mpmath's tables for the accuracy and rounding tests), `quiet_transformers` and
+`quiet_diffusers`."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.environment import prepare
 from tests.helpers import Backend, exact_table
-from tests.torchvision_shim import torchvision_importable
 
-torchvision_importable()
+prepare()
 
 settings.register_profile(
     "ci",
@@ -101,3 +102,11 @@ def quiet_transformers():
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
     return transformers
+
+
+@pytest.fixture
+def quiet_diffusers():
+    """diffusers, its logging at errors only (its notices about configs would print)."""
+    diffusers = pytest.importorskip("diffusers")
+    diffusers.utils.logging.set_verbosity_error()
+    return diffusers

@@ -19,11 +19,7 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from posenc.torch import patch  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def quiet_diffusers():
-    """diffusers' logging at errors only (its notices about configs would print)."""
-    diffusers.utils.logging.set_verbosity_error()
+pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
 
 def _unet():

@@ -33,6 +33,7 @@ def rope(
     sections: tuple[int, ...] | None = ...,
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Tensor, Tensor]: ...
@@ -51,6 +52,7 @@ def rope(
     sections: tuple[int, ...] | None = ...,
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Tensor, Tensor]: ...
@@ -69,6 +71,7 @@ def rope(
     sections: tuple[int, ...] | None = ...,
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Floats, Floats]: ...
@@ -87,6 +90,7 @@ def rope(
     sections: tuple[int, ...] | None = ...,
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
+    axes_scale: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Any, Any]: ...
@@ -104,6 +108,7 @@ def rope(
     sections: tuple[int, ...] | None = None,
     interleave_sections: bool | None = None,
     axes_dim: tuple[int, ...] | None = None,
+    axes_scale: tuple[float, ...] | None = None,
     compat: str | None = None,
     preset: str | None = None,
 ) -> tuple[Any, Any]:
@@ -131,8 +136,11 @@ def rope(
             adding up to ``d / 2``; the result is already merged, as transformers returns it.
         interleave_sections: with ``sections``, assign the frequencies round robin
             (Qwen3-VL's interleaved mrope) instead of in chunks.
-        axes_dim: axial RoPE (FLUX ``(16, 56, 56)``): one block per position axis, each in
-            ``layout``, concatenated; the widths add up to ``dim``.
+        axes_dim: axial RoPE (FLUX ``(16, 56, 56)``): one block per position axis, each with
+            its own frequencies, laid out over the whole width (interleaved pairs inside their
+            block; halves hold every block in both halves); the widths add up to ``dim``.
+            :func:`posenc.rope_grid` gives them for whole image and video grids.
+        axes_scale: with ``axes_dim``, a factor on each block's frequencies.
         compat: ``"transformers"``: transformers' own float32 arithmetic, bit for bit on CPU
             torch (so a model switches to posenc without changing one logit). Default: exact
             (float64 angles, one rounding to ``dtype``).
@@ -160,6 +168,7 @@ def rope(
         sections=sections,
         interleave_sections=interleave_sections,
         axes_dim=axes_dim,
+        axes_scale=axes_scale,
     )
     compat = None if compat is None else check_choice("compat", compat, ("transformers",))
     pos = as_positions(positions)
@@ -167,13 +176,14 @@ def rope(
     length = evaluate.rotary_seq_len(r, pos, seq_len)
     if compat is not None:
         return _compat(r, pos, length, dtype)
-    plan = r.plan(length, _label(r))
+    plan = r.plan(length, rope_label(r))
     both = evaluate.points(plan, pos, coords=r.ndim > 1, dtype=dtype, padding_idx=None)
     w = r.width
     return both[..., :w], both[..., w:]
 
 
-def _label(r: Rotary) -> str:
+def rope_label(r: Rotary) -> str:
+    """How errors name a rotary table of the functions."""
     kind = r.scaling.rope_type
     return f"'rope' ({kind}, dim={r.dim}, base={r.base:g})"
 

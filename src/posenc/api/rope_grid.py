@@ -19,7 +19,7 @@ import numpy as np
 
 from posenc import evaluate
 from posenc._types import Floats, NumpyDType
-from posenc.api.rope import _label
+from posenc.api.rope import rope_label
 from posenc.errors import MAX_POSITION, PosencError, check_choice, check_int, check_real, show
 from posenc.evaluate.libs import is_torch
 from posenc.evaluate.positions import Progression, grid_shape
@@ -139,9 +139,11 @@ def rope_grid(
         shape: the grid, first axis outermost in the token order: ``(H, W)`` patches of an
             image, ``(F, H, W)`` latent frames, rows and columns of a video.
         dim: the rotary width (the head dimension): the blocks of ``axes_dim`` add up to it.
-        preset: an image or video family (``wan``, ``hunyuan-video``, ``cogvideox``,
-            ``hunyuan-dit``, ``flux``; ``posenc.presets("rotary")``): its base, layout and
-            how it splits ``dim`` into blocks. Keywords given beside it replace the preset's.
+        preset: an image or video family (diffusers' ``wan``, ``hunyuan-video``,
+            ``cogvideox``, ``hunyuan-dit``, ``flux``; transformers' ``qwen2-vl-vision``,
+            ``pixtral``, ``dinov3``, ``sam2``, …; timm's; ``posenc.presets("rotary")``): its
+            base, layout, how it splits ``dim`` into blocks and, for some, its coordinates.
+            Keywords given beside it replace the preset's.
         base: ``theta`` (10000).
         layout: ``"interleaved"`` (pairs ``(2i, 2i+1)``, each block's own: FLUX, Wan,
             HunyuanVideo, CogVideoX), ``"halves"`` (pairs ``(i, i + dim/2)``, both halves
@@ -181,11 +183,11 @@ def rope_grid(
     if r.axes_dim is None:
         raise PosencError(
             "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "
-            "(wan, hunyuan-video, cogvideox, hunyuan-dit, flux)"
+            "(wan, hunyuan-video, cogvideox, hunyuan-dit, flux, qwen2-vl-vision, pixtral, …)"
         )
     k = len(r.axes_dim)
     dims = grid_shape(shape, k)
-    blocks = _block_axes(block_axes, preset, k)
+    blocks = block_axes_of(block_axes, preset, k)
     recipe = get_rotary_preset(preset).positions if preset is not None else None
     if recipe is not None and start is None and step is None and crop is None:
         start, step = recipe(dims)  # the family's own coordinates for this grid
@@ -195,7 +197,7 @@ def rope_grid(
         if family is None or not family.originals:
             raise PosencError(
                 f"`compat` repeats a family's own arithmetic: pass a preset that has one "
-                f"(wan, hunyuan-video, cogvideox, hunyuan-dit), got preset={show(preset)}"
+                f"(posenc.preset(name).originals), got preset={show(preset)}"
             )
         compat = check_choice("compat", compat, family.originals)
         original = importlib.import_module(ORIGINALS[compat])
@@ -206,13 +208,13 @@ def rope_grid(
     order = [blocks.index(g) for g in range(k)]
     if is_torch(like) and device is None:
         device = like.device
-    both = evaluate.rotary_grid(r.plan(None, _label(r)), axes, order, dtype=dtype,
+    both = evaluate.rotary_grid(r.plan(None, rope_label(r)), axes, order, dtype=dtype,
                                 device=device, like=like)  # fmt: skip
     w = r.width
     return both[:, :w], both[:, w:]
 
 
-def _block_axes(given: Any, preset: str | None, k: int) -> list[int]:
+def block_axes_of(given: Any, preset: str | None, k: int) -> list[int]:
     """The grid axis of each block: ``given``, the preset's, or ``0 … k - 1``."""
     if given is None and preset is not None:
         given = get_rotary_preset(preset).block_axes
@@ -226,7 +228,7 @@ def _block_axes(given: Any, preset: str | None, k: int) -> list[int]:
     return [check_int(f"block_axes[{i}]", a) for i, a in enumerate(given)]
 
 
-def _per_axis(name: str, value: Any, k: int, default: float) -> list[float]:
+def per_axis(name: str, value: Any, k: int, default: float) -> list[float]:
     if value is None:
         return [default] * k
     values = list(value) if isinstance(value, list | tuple) else [value] * k
@@ -241,7 +243,7 @@ def _coordinates(
     """Each axis's first position and step."""
     k = len(dims)
     if crop is None:
-        starts, steps = _per_axis("start", start, k, 0.0), _per_axis("step", step, k, 1.0)
+        starts, steps = per_axis("start", start, k, 0.0), per_axis("step", step, k, 1.0)
     else:
         if start is not None or step is not None:
             raise PosencError("`crop` gives the positions: pass it without `start` and `step`")

@@ -1,5 +1,7 @@
 """timm's own arithmetic for the sin-cos tables it builds (``compat="original"`` of the
-stand-ins :func:`posenc.torch.patch` puts in timm models), kept apart from the exact engine.
+stand-ins :func:`posenc.torch.patch` puts in timm models) and for its rotary tables
+(``posenc.rope_grid(..., compat="timm")``: :func:`rotary_grid`), kept apart from the exact
+engine.
 
 timm 1.0's ``build_sincos2d_pos_embed`` computes in float32 throughout: its band exponents
 ``arange(n) / n``, the bands ``1 / temperature ** e``, the grid, their products and sin/cos.
@@ -7,14 +9,27 @@ The replay repeats those operations in their order and dtypes, bit for bit with 
 torch (checked against timm itself in the tests). MoCo v3's ``build_2d_sincos_position_embedding``
 (a timm ViT with a frozen table) does the same operations, and is the same replay with
 ``reverse_coord=True, interleave_sin_cos=True``.
+
+The rotary tables (``timm/layers/pos_embed_sincos.py``) are float32 throughout too:
+``RotaryEmbeddingCat``'s bands ``freq_bands(dim // 4, temperature, step=1)``, its ``'index'``
+grid ``(arange(n) + grid_offset) / feat * ref`` (EVA-02, RoPE-ViT, Perception Encoder), and
+``RotaryEmbeddingDinoV3``'s periods ``temperature ** (2k / (dim // 2))`` over the ``'centered'``
+grid, ``angle = 2 pi c / period``. :func:`rotary_grid` maps posenc's per-axis ``start + i *
+step`` back to those arguments (``grid_offset``, ``ref_feat_shape``, ``normalize_coords``,
+``grid_indexing`` from ``block_axes``) and refuses the positions timm's code cannot produce.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import torch
+
+from posenc.errors import PosencError
+from posenc.evaluate.libs.torch import compat_dtype, compat_out
 
 
 def sincos_2d(
@@ -39,3 +54,232 @@ def sincos_2d(
         [torch.sin(angles), torch.cos(angles)], dim=2 if interleave_sin_cos else 1
     )
     return stacked.flatten(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the rotary tables: posenc.rope_grid(..., compat="timm")
+
+
+CAT_REF = "cat-ref"
+CAT = "cat"
+DINOV3 = "dinov3"
+
+ROTARY_FAMILIES = {
+    "eva02": CAT_REF,
+    "perception-encoder": CAT_REF,
+    "vit-rope": CAT,
+    "dinov3": DINOV3,
+}
+"""Each preset's timm module: ``RotaryEmbeddingCat`` with a ``ref_feat_shape`` (positions
+``(i + offset) / feat * ref``) or without one (``i + offset``), or ``RotaryEmbeddingDinoV3``."""
+
+
+def _snap(x: float) -> float:
+    """``x``, or the simple fraction (denominator up to 1024: an integer ``ref``, an offset
+    like 0.25) it is within float64 rounding of, as posenc's ``start`` and ``step`` were
+    computed from it (``ref / n``, ``(0.5 + offset) / n * 2 - 1``)."""
+    if not math.isfinite(x):
+        return x
+    near = float(Fraction(x).limit_denominator(1024))
+    return near if abs(x - near) <= 1e-9 * max(1.0, abs(x)) else x
+
+
+def _one_offset(family: str, offsets: Sequence[float], what: str) -> float:
+    """timm's single ``grid_offset`` for every axis, or the error naming ``start``."""
+    if any(o != offsets[0] for o in offsets):
+        raise PosencError(
+            f"`start`: compat='timm' builds {family}'s grid with one grid_offset for both axes "
+            f"({what}), got offsets {tuple(offsets)}"
+        )
+    return offsets[0]
+
+
+def _check_table(family: str, kind: str, r: Any, blocks: Sequence[int]) -> tuple[str, bool]:
+    """timm's ``grid_indexing`` and ``rotate_half`` for this table, or the error naming the
+    keyword timm's module cannot take."""
+    dim = r.dim
+    if r.axes_dim is None or len(r.axes_dim) != 2:
+        raise PosencError(
+            f"`axes_dim`: timm's rotary tables have two grid axes of dim / 4 frequencies each, "
+            f"got {r.axes_dim}"
+        )
+    if dim % 4 or tuple(r.axes_dim) != (dim // 2, dim // 2):
+        raise PosencError(
+            f"`axes_dim`: compat='timm' takes dim / 2 channels per axis (dim // 4 bands, dim a "
+            f"multiple of 4), got {tuple(r.axes_dim)} for dim = {dim}"
+        )
+    want = (2 * math.pi, 2 * math.pi) if kind == DINOV3 else None
+    if r.axes_scale != want:
+        rule = "2 pi c / period: (2 pi, 2 pi)" if want else "none"
+        raise PosencError(
+            f"`axes_scale`: {family}'s timm module scales its frequencies by {rule}, got "
+            f"{r.axes_scale}"
+        )
+    if r.layout == "compact":
+        raise PosencError(
+            "`layout`: timm's tables are 'interleaved' (rotate_half=False) or 'halves' "
+            "(rotate_half=True), got 'compact'"
+        )
+    if not r.scaling.is_default:
+        raise PosencError("`scaling`: timm's rotary tables have no scaling rule")
+    return ("ij" if list(blocks) == [0, 1] else "xy"), r.layout == "halves"
+
+
+def _cat_grid(
+    family: str, kind: str, dims: Sequence[int], starts: Sequence[float], steps: Sequence[float]
+) -> tuple[float, list[float] | None]:
+    """``RotaryEmbeddingCat``'s ``grid_offset`` and ``ref_feat_shape`` (per grid axis) for
+    positions ``start + i * step``."""
+    if kind == CAT:
+        for g, st in enumerate(steps):
+            if st != 1.0:
+                raise PosencError(
+                    f"`step`: {family}'s timm grid is arange(n) + grid_offset (no "
+                    f"ref_feat_shape), so step must be 1, got step[{g}] = {st:g}"
+                )
+        return _one_offset(family, [float(s) for s in starts], "start"), None
+    refs = []
+    for g, (n, st) in enumerate(zip(dims, steps, strict=True)):
+        ref = _snap(st * n)
+        if st <= 0 or ref != int(ref):
+            raise PosencError(
+                f"`step`: {family}'s timm positions are (i + grid_offset) / n * ref with "
+                f"ref_feat_shape a positive integer, so step[{g}] * {n} must be one, got "
+                f"step[{g}] = {st:g} (ref {st * n:g})"
+            )
+        refs.append(ref)
+    offsets = [_snap(s / st) for s, st in zip(starts, steps, strict=True)]
+    return _one_offset(family, offsets, "start / step"), refs
+
+
+def _dinov3_grid(
+    family: str, dims: Sequence[int], starts: Sequence[float], steps: Sequence[float]
+) -> tuple[float, str]:
+    """``RotaryEmbeddingDinoV3``'s ``grid_offset`` and ``normalize_coords`` for positions
+    ``start + i * step`` (timm's ``((i + 0.5 + offset) / denom) * 2 - 1``)."""
+    denoms = [_snap(2.0 / st) if st > 0 else math.inf for st in steps]
+    modes = {"separate": [float(n) for n in dims], "max": [float(max(dims))] * len(dims),
+             "min": [float(min(dims))] * len(dims)}  # fmt: skip
+    mode = next((m for m, want in modes.items() if denoms == want), None)
+    if mode is None:
+        raise PosencError(
+            f"`step`: {family}'s timm coordinates are ((i + 0.5) / d) * 2 - 1 with d each "
+            f"axis's size ('separate'), the largest ('max') or the smallest ('min'), so step "
+            f"must be 2 / d, got {tuple(steps)} for grid {tuple(dims)}"
+        )
+    offsets = [_snap((s + 1.0) * d / 2.0 - 0.5) for s, d in zip(starts, denoms, strict=True)]
+    return _one_offset(family, offsets, "(start + 1) * d / 2 - 0.5"), mode
+
+
+def _layout(x: torch.Tensor, rotate_half: bool) -> torch.Tensor:
+    """timm's ``_rope_layout``: ``cat(x, x)`` (halves) or each column twice (interleaved)."""
+    return torch.cat([x, x], dim=-1) if rotate_half else x.repeat_interleave(2, -1)
+
+
+def _cat_tables(
+    dims: Sequence[int],
+    dim: int,
+    base: float,
+    offset: float,
+    refs: list[float] | None,
+    indexing: str,
+    rotate_half: bool,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``RotaryEmbeddingCat(dim, in_pixels=False, temperature=base, grid_offset=offset,
+    ref_feat_shape=refs, grid_indexing=indexing, rotate_half=…).get_embed(dims)`` as
+    ``(sin, cos)``: the bands on the CPU (``_compute_bands``), the rest on ``device``."""
+    n = dim // 4
+    exponent = torch.arange(0, n, 1, dtype=torch.int64).to(torch.float32) / n
+    bands = (1.0 / (float(base) ** exponent)).to(device=device)
+    feat = list(dims)
+    ref = None if refs is None else [int(v) for v in refs]
+    if indexing == "xy":  # timm's swap_shape_xy of feat_shape and ref_feat_shape
+        feat = [feat[1], feat[0]]
+        ref = None if ref is None else [ref[1], ref[0]]
+    t = [torch.arange(s, device=device, dtype=torch.int64).to(torch.float32) + offset
+         for s in feat]  # fmt: skip
+    if ref is not None:
+        t = [x / f * r for x, f, r in zip(t, feat, ref, strict=True)]
+    grid = torch.stack(torch.meshgrid(t, indexing=indexing), dim=-1).to(dtype=torch.float32)
+    pos = grid.unsqueeze(-1) * bands
+    sin, cos = pos.sin().to(dtype=torch.float32), pos.cos().to(dtype=torch.float32)
+    return (_layout(sin.flatten(-2).flatten(0, -2), rotate_half),
+            _layout(cos.flatten(-2).flatten(0, -2), rotate_half))  # fmt: skip
+
+
+def _dinov3_tables(
+    dims: Sequence[int],
+    dim: int,
+    base: float,
+    offset: float,
+    mode: str,
+    indexing: str,
+    rotate_half: bool,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``RotaryEmbeddingDinoV3(dim, temperature=base, grid_offset=offset,
+    normalize_coords=mode, grid_indexing=indexing, rotate_half=…).get_embed(dims)`` as
+    ``(sin, cos)``: periods and grid on the CPU, the angles on ``device``."""
+    n = dim // 4
+    exponents = 2.0 * torch.arange(n, device="cpu", dtype=torch.float32) / (dim // 2)
+    periods = (float(base) ** exponents).to(device=device, dtype=torch.float32)
+    feat = list(dims)
+    if indexing == "xy":
+        feat = [feat[1], feat[0]]
+    if mode == "max":
+        denom = [float(max(feat))] * len(feat)
+    elif mode == "min":
+        denom = [float(min(feat))] * len(feat)
+    else:
+        denom = [float(s) for s in feat]
+    t = [(torch.arange(0.5, s, dtype=torch.float32) + offset) / d
+         for s, d in zip(feat, denom, strict=True)]  # fmt: skip
+    grid = torch.stack(torch.meshgrid(t, indexing=indexing), dim=-1).to(dtype=torch.float32)
+    coords = (2.0 * grid - 1.0).flatten(0, -2)
+    coords = coords[:, :, None].to(device=device, dtype=torch.float32)
+    angles = (2 * math.pi * coords / periods[None, None, :]).flatten(1)
+    return _layout(angles.sin(), rotate_half), _layout(angles.cos(), rotate_half)
+
+
+def rotary_grid(
+    family: str,
+    compat: str,
+    dims: Sequence[int],
+    r: Any,
+    blocks: Sequence[int],
+    starts: Sequence[float],
+    steps: Sequence[float],
+    *,
+    cropped: bool,
+    dtype: Any,
+    device: Any,
+    like: Any,
+) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset=family, compat="timm")``: the tables of timm's
+    ``RotaryEmbeddingCat`` (``eva02``, ``perception-encoder``: ``ref_feat_shape``;
+    ``vit-rope``: none) and ``RotaryEmbeddingDinoV3`` (``dinov3``), their float32
+    operations in timm's order, bit for bit on CPU torch. ``block_axes`` ``(0, 1)`` is timm's
+    ``grid_indexing='ij'``, ``(1, 0)`` ``'xy'``; the layout ``rotate_half``. Returned as
+    ``(cos, sin)`` (timm's ``get_embed`` is ``cat(sin, cos)``); NumPy out unless torch is
+    asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    del compat, cropped
+    kind = ROTARY_FAMILIES.get(family)
+    if kind is None:
+        raise PosencError(f"`compat`: 'timm' replays {', '.join(ROTARY_FAMILIES)}, not {family!r}")
+    indexing, rotate_half = _check_table(family, kind, r, blocks)
+    out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
+    work = torch.device(out_device) if out_device is not None else torch.device("cpu")
+    if kind == DINOV3:
+        offset, mode = _dinov3_grid(family, dims, starts, steps)
+        sin, cos = _dinov3_tables(dims, r.dim, r.base, offset, mode, indexing, rotate_half,
+                                  work)  # fmt: skip
+    else:
+        offset, refs = _cat_grid(family, kind, dims, starts, steps)
+        sin, cos = _cat_tables(dims, r.dim, r.base, offset, refs, indexing, rotate_half,
+                               work)  # fmt: skip
+    torch_out = (
+        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
+    )
+    out = compat_dtype(dtype, torch.float32)
+    return compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)

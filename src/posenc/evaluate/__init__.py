@@ -194,13 +194,14 @@ def span(
     like: Any = None,
     padding_idx: int | None = None,
     on_device: bool = False,
+    step: float = 1.0,
 ) -> Any:
-    """Rows ``start … start + length - 1`` under a resolved 1D plan: the evaluation half of
-    ``posenc.table``, which modules call for a run of positions (a table is every evaluator's
-    fastest form). Under tracing ``length`` may be symbolic; the checks then wait for eager
-    calls. ``on_device``: see :func:`evaluator`."""
+    """Rows ``start … start + length - 1`` under a resolved 1D plan (positions ``start + i *
+    step``): the evaluation half of ``posenc.table``, which modules call for a run of
+    positions (a table is every evaluator's fastest form). Under tracing ``length`` may be
+    symbolic; the checks then wait for eager calls. ``on_device``: see :func:`evaluator`."""
     evaluation = evaluator(like=like, dtype=dtype, device=device, on_device=on_device)
-    prog = Progression(start, 1.0, length)
+    prog = Progression(start, step, length)
     if not tracing():
         _check(plan, prog.bound, "`offset` and `length`", evaluation)
     return evaluation.grid(plan, [prog], [0], padding_idx=padding_idx)

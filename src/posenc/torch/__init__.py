@@ -24,6 +24,7 @@ Shapes: ``b`` batch, ``s`` sequence, ``d`` channels, ``t`` packed tokens.
 from __future__ import annotations
 
 from posenc.torch._positions import packed_positions
+from posenc.torch.axial import AxialRotaryEmbedding
 from posenc.torch.diffusion import Timesteps
 from posenc.torch.patch import PatchReport, patch
 from posenc.torch.rotary import RotaryEmbedding
@@ -31,6 +32,7 @@ from posenc.torch.sequence import PositionalEncoding, SinusoidalEmbedding, encod
 from posenc.torch.vision import DetrSineEncoding, GridEncoding
 
 __all__ = [
+    "AxialRotaryEmbedding",
     "DetrSineEncoding",
     "GridEncoding",
     "PatchReport",

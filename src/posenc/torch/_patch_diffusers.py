@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from posenc.api.rope import rope
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
+from posenc.torch import _patch_video
 from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
     LEARNED,
@@ -344,5 +345,6 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return None
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (timesteps, patch_embed, flux_rope, others)
+RECOGNISERS: tuple[Recogniser, ...] = (timesteps, patch_embed, flux_rope,
+                                        *_patch_video.RECOGNISERS, others)  # fmt: skip
 """The diffusers recognisers, in the order they are asked (the first answer wins)."""

@@ -35,11 +35,21 @@ def _cogvideox(dim: int, base: float) -> dict[str, Any]:
     return _split("cogvideox", dim, rule, (dim // 4, dim // 8 * 3, dim // 8 * 3))
 
 
-def _halves(name: str) -> Any:
+def two_blocks(name: str) -> Any:
+    """``(dim, base) -> {"axes_dim": (dim / 2, dim / 2)}``: two axes, ``dim / 4`` frequencies
+    each (the 2D families), or the error naming the rule when ``dim`` is not a multiple of 4."""
+
     def axial(dim: int, base: float) -> dict[str, Any]:
-        return _split(name, dim, "dim / 2 per axis", (dim // 2, dim // 2))
+        return _split(name, dim, "dim / 2 per axis, dim a multiple of 4", (dim // 2, dim // 2))
 
     return axial
+
+
+def centred(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """Patch centres ``((i + 0.5) / n) * 2 - 1`` per axis (DINOv3): step ``2 / n``, the start
+    minus the middle offset times the step, so an odd axis's middle patch is at exactly 0."""
+    steps = [2.0 / n if n else 1.0 for n in dims]
+    return [-((n - 1) / 2) * s for n, s in zip(dims, steps, strict=True)], steps
 
 
 VISION_PRESETS: dict[str, RotaryPreset] = {
@@ -87,7 +97,7 @@ VISION_PRESETS: dict[str, RotaryPreset] = {
             "(rope_grid's crop=), which diffusers' torch port computes off by up to 0.083 when "
             "the crop does not start at 0: compat='diffusers' repeats that, the default is the "
             "original's",
-            axial=_halves("hunyuan-dit"),
+            axial=two_blocks("hunyuan-dit"),
             block_axes=(1, 0),
             originals=("diffusers",),
         ),

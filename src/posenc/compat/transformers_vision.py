@@ -1,0 +1,260 @@
+"""transformers' own arithmetic for the rotary tables of its vision towers, kept apart from the
+exact engine: ``posenc.rope_grid(..., preset=family, compat="transformers")``.
+
+Each replay repeats the module's torch operations in their order and dtypes (transformers 5.x:
+``PixtralVisionRotaryEmbedding``, ``Qwen2VLVisionRotaryEmbedding``,
+``DINOv3ViTRopePositionEmbedding``, ``Sam2VideoVisionRotaryEmbedding``,
+``Sam3ViTRotaryEmbedding``, ``Llama4VisionRotaryEmbedding``): the float32 inverse frequencies as
+the module builds them, its position ids (or DINOv3's patch centres) at the shapes it builds
+them, the float32 products and cosines and sines, then its layout, so the tables are bit for bit
+the module's on CPU torch (checked against transformers itself in the tests). Only the token
+order is posenc's: the grid row-major, Llama 4's trailing class token left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from posenc.errors import PosencError, show
+from posenc.evaluate.libs.torch import compat_dtype, compat_out
+from posenc.spec.presets.vision import centred
+
+Tables = tuple[torch.Tensor, torch.Tensor]
+
+
+def _inv_freq(base: float, spatial: int) -> torch.Tensor:
+    """``compute_axial_rope_parameters`` of Qwen2-VL's vision tower and SAM 2: ``1.0 / (base **
+    (arange(0, spatial, 2, float) / spatial))`` with ``spatial = dim // 2``."""
+    return 1.0 / (base ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial))
+
+
+def _row_major_ids(h: int, w: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.meshgrid(arange(h), arange(w), indexing="ij")``, flattened: each patch's row and
+    column, row-major (int64, as the modules build them)."""
+    rows, cols = torch.meshgrid(
+        torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij"
+    )
+    return rows.flatten(), cols.flatten()
+
+
+def _pixtral(
+    dims: Sequence[int], dim: int, base: float, step: float, device: torch.device
+) -> Tables:
+    """``PixtralVisionRotaryEmbedding(x, position_ids)`` for one image: ``[N, dim]`` halves."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    inv_freq_2d = torch.cat([inv_freq[0::2], inv_freq[1::2]]).to(device)
+    rows, cols = _row_major_ids(dims[0], dims[1], device)
+    ids = torch.stack([rows, cols], dim=-1)
+    freqs = ids[..., None].float() * inv_freq_2d.to(dtype=torch.float)
+
+    def recompose(f: torch.Tensor) -> torch.Tensor:
+        freq_h, freq_w = (m[:, i % 2] for i, m in enumerate(f.chunk(2, dim=-1)))
+        hw = torch.cat([freq_h, freq_w], dim=-1)
+        return torch.cat([hw, hw], dim=-1)
+
+    return recompose(freqs.cos()), recompose(freqs.sin())
+
+
+def _qwen2_vl(
+    dims: Sequence[int], dim: int, base: float, step: float, device: torch.device
+) -> Tables:
+    """``Qwen2VLVisionRotaryEmbedding(x, position_ids)`` at row-major (row, column) ids."""
+    inv_freq = _inv_freq(base, dim // 2).to(device)
+    rows, cols = _row_major_ids(dims[0], dims[1], device)
+    freqs = torch.stack([rows, cols], dim=-1)[..., None].float() * inv_freq.to(dtype=torch.float)
+
+    def recompose(f: torch.Tensor) -> torch.Tensor:
+        hw = torch.cat([f[:, 0], f[:, 1]], dim=-1)
+        return torch.cat([hw, hw], dim=-1)
+
+    return recompose(freqs.cos()), recompose(freqs.sin())
+
+
+def _dinov3(
+    dims: Sequence[int], dim: int, base: float, step: float, device: torch.device
+) -> Tables:
+    """``DINOv3ViTRopePositionEmbedding(pixel_values)`` in eval mode: the patch centres of
+    ``get_patches_center_coordinates``, ``2 * pi * c * inv_freq``, ``[y | x]`` tiled twice."""
+    inv_freq = (1 / base ** torch.arange(0, 1, 4 / dim, dtype=torch.float32)).to(device)
+    h, w = dims
+    coords_h = torch.arange(0.5, h, dtype=torch.float32, device=device) / h
+    coords_w = torch.arange(0.5, w, dtype=torch.float32, device=device) / w
+    coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1).flatten(0, 1)
+    coords = 2.0 * coords - 1.0
+    angles = 2 * math.pi * coords[:, :, None] * inv_freq[None, None, :]
+    angles = angles.flatten(1, 2).tile(2)
+    return torch.cos(angles), torch.sin(angles)
+
+
+def _sam2(dims: Sequence[int], dim: int, base: float, step: float, device: torch.device) -> Tables:
+    """``Sam2VideoVisionRotaryEmbedding(x, position_ids)`` at ``precompute_positions``' (column,
+    row) ids: ``[column | row]``, each frequency's column repeated in place."""
+    inv_freq = _inv_freq(base, dim // 2).to(device)
+    rows, cols = _row_major_ids(dims[0], dims[1], device)
+    freqs = torch.stack([cols, rows], dim=-1)[..., None].float() * inv_freq.to(dtype=torch.float)
+
+    def recompose(f: torch.Tensor) -> torch.Tensor:
+        return torch.cat([f[:, 0], f[:, 1]], dim=-1).repeat_interleave(2, dim=-1)
+
+    return recompose(freqs.cos()), recompose(freqs.sin())
+
+
+def _sam3(dims: Sequence[int], dim: int, base: float, step: float, device: torch.device) -> Tables:
+    """``Sam3ViTRotaryEmbedding(x, position_ids)`` at ``precompute_positions``' ids: (column,
+    row) int64 times the Python float ``window_size / columns`` (float32), then SAM 2's
+    layout."""
+    rows, cols = _row_major_ids(dims[0], dims[1], device)
+    ids = torch.stack([cols, rows], dim=-1) * step
+    inv_freq = _inv_freq(base, dim // 2).to(device)
+    freqs = ids[..., None].float() * inv_freq.to(dtype=torch.float)
+
+    def recompose(f: torch.Tensor) -> torch.Tensor:
+        return torch.cat([f[:, 0], f[:, 1]], dim=-1).repeat_interleave(2, dim=-1)
+
+    return recompose(freqs.cos()), recompose(freqs.sin())
+
+
+def _llama4(
+    dims: Sequence[int], dim: int, base: float, step: float, device: torch.device
+) -> Tables:
+    """``Llama4VisionRotaryEmbedding._compute_freqs_ci``: the complex table of the ``n x n``
+    patches and the class token (built, then left out), as ``[N, dim]`` interleaved cos and
+    sin (each complex slot's real and imaginary parts on its channel pair)."""
+    n = dims[0]
+    img_idx = torch.arange(n**2, dtype=torch.int32, device=device).reshape(n**2, 1)
+    img_idx = torch.cat([img_idx, img_idx[:1]], dim=0)
+    img_idx[-1, -1] = -2  # ID_CLS_TOKEN
+    frequencies_x = img_idx % n
+    frequencies_y = img_idx // n
+    freq_dim = dim // 2
+    rope_freq = 1.0 / (base ** (torch.arange(0, freq_dim, 2)[: (freq_dim // 2)].float() / freq_dim))
+    rope_freq = rope_freq.to(device)
+    freqs_x = ((frequencies_x + 1)[..., None] * rope_freq[None, None, :]).repeat_interleave(
+        2, dim=-1
+    )
+    freqs_y = ((frequencies_y + 1)[..., None] * rope_freq[None, None, :]).repeat_interleave(
+        2, dim=-1
+    )
+    freqs = torch.cat([freqs_x, freqs_y], dim=-1).float().contiguous()[..., ::2]
+    freqs = freqs.masked_fill(img_idx.reshape(-1, 1, 1) < 0, 0)
+    cos, sin = torch.cos(freqs)[:-1, 0], torch.sin(freqs)[:-1, 0]
+    return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+
+
+Replay = Callable[[Sequence[int], int, float, float, torch.device], Tables]
+"""``(dims, dim, base, step, device) -> (cos, sin)``: ``step`` is SAM 3's id scale (1 for the
+others, whose positions are fixed)."""
+
+FAMILIES: dict[str, tuple[Replay, str, tuple[int, ...]]] = {
+    "qwen2-vl-vision": (_qwen2_vl, "halves", (0, 1)),
+    "pixtral": (_pixtral, "halves", (0, 1)),
+    "dinov3": (_dinov3, "halves", (0, 1)),
+    "sam2": (_sam2, "interleaved", (1, 0)),
+    "sam3-vit": (_sam3, "interleaved", (1, 0)),
+    "llama4-vision": (_llama4, "interleaved", (1, 0)),
+}
+"""Each family's replay, layout and block order (the grid axis each block encodes)."""
+
+
+def _scales(family: str, dim: int, base: float) -> tuple[float, float] | None:
+    """The ``axes_scale`` of the family's frequencies (None: 1 for both blocks)."""
+    if family == "pixtral":
+        return (1.0, base ** (-2.0 / dim))
+    if family == "dinov3":
+        return (2 * math.pi, 2 * math.pi)
+    return None
+
+
+def _check_form(family: str, r: Any, blocks: Sequence[int]) -> None:
+    """Refuse keywords that change the table away from what the module computes."""
+    label = f"`compat='transformers'`: {family}'s table"
+    if r.scaling.rope_type != "default":
+        raise PosencError(f"{label} has no scaling rule, got `scaling` {r.scaling.rope_type!r}")
+    _, layout, order = FAMILIES[family]
+    if r.layout != layout:
+        raise PosencError(f"{label} is laid out {layout!r}, got `layout`={r.layout!r}")
+    half = r.dim // 2
+    if r.dim % 4 or tuple(r.axes_dim) != (half, half):
+        raise PosencError(
+            f"{label} has two blocks of dim / 2, got `axes_dim`={show(r.axes_dim)} for dim={r.dim}"
+        )
+    if r.axes_scale != _scales(family, r.dim, r.base):
+        raise PosencError(
+            f"{label} scales its frequencies by {show(_scales(family, r.dim, r.base))}, got "
+            f"`axes_scale`={show(r.axes_scale)}"
+        )
+    if tuple(blocks) != order:
+        raise PosencError(f"{label} has `block_axes` {order}, got {tuple(blocks)}")
+
+
+def _check_positions(
+    family: str, dims: Sequence[int], starts: Sequence[float], steps: Sequence[float], cropped: bool
+) -> None:
+    """Refuse positions the module cannot produce (naming the argument)."""
+    where = f"`compat='transformers'`: {family}'s module"
+    if cropped:
+        raise PosencError(f"{where} builds its own positions: `crop` is not one of them")
+    if family == "dinov3":
+        own = centred(tuple(dims))
+    elif family == "sam3-vit":  # ids times one Python float, window_size / columns
+        scale = steps[0]
+        if scale <= 0 or steps[1] != scale:
+            raise PosencError(
+                f"{where} scales both axes' ids by one positive factor: `step` must be one "
+                f"value above 0, got {show(tuple(steps))}"
+            )
+        own = ([0.0, 0.0], [scale, scale])
+    else:
+        first = 1.0 if family == "llama4-vision" else 0.0
+        own = ([first] * len(dims), [1.0] * len(dims))
+    for name, given, expected in (("start", starts, own[0]), ("step", steps, own[1])):
+        if list(given) != list(expected):
+            raise PosencError(
+                f"{where} puts the patches at `{name}` {show(tuple(expected))} for this grid, "
+                f"got {show(tuple(given))}"
+            )
+    if family == "llama4-vision" and dims[0] != dims[1]:
+        raise PosencError(
+            f"{where} holds the square image_size / patch_size grid: `shape` must be (n, n), "
+            f"got {tuple(dims)}"
+        )
+
+
+def rotary_grid(
+    family: str,
+    compat: str,
+    dims: Sequence[int],
+    r: Any,
+    blocks: Sequence[int],
+    starts: Sequence[float],
+    steps: Sequence[float],
+    *,
+    cropped: bool,
+    dtype: Any,
+    device: Any,
+    like: Any,
+) -> tuple[Any, Any]:
+    """``posenc.rope_grid(shape, dim, preset=family, compat="transformers")``: the module's
+    float32 ``cos, sin`` of a ``(rows, columns)`` grid, ``[rows * columns, dim]``, tokens
+    row-major, in posenc's layout of the family (halves: Qwen2-VL, Pixtral, DINOv3;
+    interleaved: SAM 2, SAM 3, Llama 4, whose complex slots become channel pairs). Cast to ``dtype``
+    as the modules cast theirs (Pixtral and DINOv3 to the activations' dtype). NumPy out
+    unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    if family not in FAMILIES:
+        raise PosencError(f"`compat={compat!r}` has no replay of preset {family!r}")
+    _check_form(family, r, blocks)
+    _check_positions(family, dims, starts, steps, cropped)
+    out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
+    work = torch.device(out_device) if out_device is not None else torch.device("cpu")
+    replay = FAMILIES[family][0]
+    with torch.no_grad():
+        cos, sin = replay(dims, r.dim, float(r.base), float(steps[0]), work)
+    torch_out = (
+        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
+    )
+    out = compat_dtype(dtype, torch.float32)
+    return compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)

@@ -1,0 +1,169 @@
+"""The recognisers of diffusers' video rotary modules for :func:`posenc.torch.patch`: Wan's
+``WanRotaryPosEmbed`` (Wan 2.1/2.2, Sana-Video, Wan-Animate; SkyReels-V2's copy) and
+``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5), with their stand-ins: an
+:class:`~posenc.torch.axial.AxialRotaryEmbedding` called as the original is, on the latents
+``[B, C, F, H, W]``, exact; or, with ``compat="original"``, diffusers' own tables
+(:func:`posenc.compat.diffusers.rotary_grid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from posenc.api.rope_grid import rope_grid
+from posenc.compat import diffusers as original
+from posenc.errors import PosencError
+from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+from posenc.torch.axial import AxialRotaryEmbedding
+
+WAN = ("WanRotaryPosEmbed", "SkyReelsV2RotaryPosEmbed")
+HUNYUAN = ("HunyuanVideoRotaryPosEmbed", "HunyuanVideo15RotaryPosEmbed")
+
+
+class VideoRope(AxialRotaryEmbedding):
+    """The stand-in for a video rotary module: ``forward(hidden_states)`` with latents ``[B,
+    C, F, H, W]``, the tables of the patched grid ``(F / p_t, H / p_h, W / p_w)``.
+
+    Wan's form (``wan=True``) returns ``[1, S, 1, D]`` tables in the module's dtype (diffusers
+    keeps float32 buffers, which ``.to()`` casts); HunyuanVideo's ``[S, D]`` float32 on the
+    latents' device. ``compat``: the ``compat=`` mode of :func:`posenc.rope_grid` that
+    repeats diffusers' arithmetic (``"diffusers"``, or ``"diffusers-mps"``: Wan on an MPS
+    host)."""
+
+    def __init__(self, preset: str, dim: int, patch: tuple[int, int, int], *, wan: bool,
+                 compat: str | None = None, axes_dim: tuple[int, ...] | None = None,
+                 base: float | None = None, device: Any = None) -> None:  # fmt: skip
+        super().__init__(dim, preset=preset, axes_dim=axes_dim, base=base, device=device)
+        self.patch_size, self.wan, self.compat = tuple(patch), wan, compat
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VideoRope:
+        super()._apply(fn, recurse)
+        if not self.wan:  # HunyuanVideo's module holds no tensor: float32 whatever .to() says
+            self._dtype = torch.float32
+        return self
+
+    def grid(self, hidden_states: Tensor) -> tuple[int, int, int]:
+        """The patched grid of the latents."""
+        _, _, f, h, w = hidden_states.shape
+        p_t, p_h, p_w = self.patch_size
+        return f // p_t, h // p_h, w // p_w
+
+    def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        """``(cos, sin)`` of every token of the latents' patched grid."""
+        shape = self.grid(hidden_states)
+        if self.compat is not None:
+            cos, sin = rope_grid(shape, self.dim, preset=self.preset, axes_dim=self.rotary.axes_dim,
+                                 base=self.rotary.base, compat=self.compat, dtype=torch.float32,
+                                 device=self._device)  # fmt: skip
+            cos, sin = cos.to(self._dtype), sin.to(self._dtype)  # buffers .to() cast
+        else:  # rounded once, to the dtype the module was moved to (Wan's) or float32
+            cos, sin = super().forward(shape, dtype=self._dtype)
+        if not self.wan:
+            return cos.to(hidden_states.device), sin.to(hidden_states.device)
+        return cos[None, :, None], sin[None, :, None]
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward  # type: ignore[assignment]
+
+    def axis_tables(self, rows: int) -> list[Tensor]:
+        """Each block's table over positions ``0 … rows - 1``, concatenated (``[rows, dim]``
+        cos, then sin): Wan's buffers, in the module's dtype."""
+        r, tables = self.rotary, []
+        for d in r.axes_dim or ():
+            if self.compat is not None:
+                wide = torch.float64 if self.compat == "diffusers" else torch.float32
+                pos = torch.arange(rows, device=self._device)
+                tables.append(original.rotary_1d(d, pos, float(r.base), freqs_dtype=wide))
+            else:
+                tables.append(rope_grid((rows,), d, axes_dim=(d,), base=r.base, layout=r.layout,
+                                        dtype=torch.float32, device=self._device))  # fmt: skip
+        return [torch.cat([t[j] for t in tables], dim=-1).to(self._dtype) for j in (0, 1)]
+
+    def extra_repr(self) -> str:
+        mode = "" if self.compat is None else f", compat={self.compat!r}"
+        return f"{super().extra_repr()}, patch_size={self.patch_size}{mode}"
+
+
+def _axis_tables(stand_in: Any, rows: int) -> list[Tensor]:
+    out: list[Tensor] = stand_in.axis_tables(rows)
+    return out
+
+
+def _df(module: Any) -> bool:
+    return from_library(module, "diffusers")
+
+
+def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Wan's rotary module: its float32 buffers of rows ``0 … max_seq_len - 1`` per axis
+    (float64 angles; float32 on a host with MPS), measured whole."""
+    name = type(module).__name__
+    if not (name in WAN and _df(module)):
+        return None
+    m: Any = module
+    try:
+        dim, patch, rows = int(m.attention_head_dim), tuple(m.patch_size), int(m.max_seq_len)
+        saved = (m.freqs_cos, m.freqs_sin)
+        axes = (int(m.t_dim), int(m.h_dim), int(m.w_dim))
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the attributes of diffusers' WanRotaryPosEmbed")
+    if saved[0].is_meta:
+        return left_alone(name, "its tables are on the meta device: load the model first")
+    mode = "diffusers-mps" if torch.backends.mps.is_available() else "diffusers"
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            stand_in = VideoRope("wan", dim, patch, wan=True, axes_dim=axes,
+                                 compat=None if compat is None else mode,
+                                 device=saved[0].device)  # fmt: skip
+        except PosencError as err:
+            return f"not covered: {err}"
+        return stand_in.to(saved[0].dtype)
+
+    return Found(name, f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes})", build,
+                 numbers=lambda: [t.detach() for t in saved],
+                 probe=lambda new: _axis_tables(new, rows),
+                 note=f"max diff over its tables of rows 0 … {rows - 1}")  # fmt: skip
+
+
+def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """HunyuanVideo's rotary module (float32, computed per call), measured over the rows of a
+    720p, 129-frame video (33 x 45 x 80 patches), one axis at a time."""
+    name = type(module).__name__
+    if not (name in HUNYUAN and _df(module)):
+        return None
+    m: Any = module
+    try:
+        axes = tuple(int(d) for d in m.rope_dim)
+        p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the attributes of diffusers' "
+                          "HunyuanVideoRotaryPosEmbed")  # fmt: skip
+    if len(axes) != 3:
+        return left_alone(name, f"not covered: rope_dim {axes} is not three axes")
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            mode = None if compat is None else "diffusers"
+            return VideoRope("hunyuan-video", sum(axes), (p_t, p, p), wan=False, axes_dim=axes,
+                             base=theta, compat=mode)  # fmt: skip
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    probes = [torch.zeros(1, 1, 33 * p_t, p, p), torch.zeros(1, 1, p_t, 45 * p, p),
+              torch.zeros(1, 1, p_t, p, 80 * p)]  # fmt: skip
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [t for x in probes for t in mod(x)]
+
+    return Found(name, f"AxialRotaryEmbedding({sum(axes)}, preset='hunyuan-video', "
+                 f"axes_dim={axes}, base={theta:g})", build, numbers=lambda: run(module),
+                 probe=run, note="max diff over 33 frames, 45 rows, 80 columns "
+                 "(720p, 129 frames)")  # fmt: skip
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope)
+"""The video rotary recognisers (asked before diffusers' catch-all ``others``)."""

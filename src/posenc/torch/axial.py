@@ -1,0 +1,164 @@
+"""``AxialRotaryEmbedding``: the rotary tables of image and video grids as a module
+(:func:`posenc.rope_grid` with kept rows).
+
+Each block of ``axes_dim`` keeps its own rows (the positions ``start + i * step`` of its grid
+axis, one column per frequency, :class:`~posenc.torch._kept.KeptRows`); a call writes each
+block's rows, broadcast over the grid, straight into the columns the layout gives them, so a
+table is one copy of kept rows, whatever the grid. Nothing is saved in the state dict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from posenc import evaluate
+from posenc.api.rope_grid import block_axes_of, per_axis, rope_grid
+from posenc.errors import PosencError, check_int
+from posenc.spec.presets import get_rotary_preset
+from posenc.spec.rotary import rotary
+from posenc.torch._base import _Tracked
+from posenc.torch._kept import KeptRows
+
+
+class AxialRotaryEmbedding(_Tracked):
+    """Axial RoPE for grids of tokens: ``forward(shape)`` gives ``(cos, sin)``, each
+    ``[prod(shape), dim]``, the tables :func:`posenc.rope_grid` gives for that grid (exact:
+    float64 angles, rounded once).
+
+    Args:
+        dim: the rotary width (the head dimension).
+        preset: an image or video family (``wan``, ``hunyuan-video``, ``cogvideox``,
+            ``hunyuan-dit``, ``flux``, …), as in :func:`posenc.rope_grid`; keywords given
+            beside it replace the preset's.
+        base, layout, axes_dim, axes_scale, block_axes, start, step: as in
+            :func:`posenc.rope_grid` (``start`` and ``step`` per grid axis).
+        cached_length: rows kept per block (a grid axis longer than this is computed per
+            call). A preset whose positions follow the grid's size (DINOv3's centred
+            coordinates) keeps no rows: each call computes its table.
+        device: where the tables are kept (follows ``.to()``).
+
+    Examples:
+        >>> rope = posenc.torch.AxialRotaryEmbedding(128, preset="wan")
+        >>> cos, sin = rope((21, 45, 80))                  # 720p, 81 frames: [75600, 128]
+        >>> torch.equal(cos, torch.from_numpy(posenc.rope_grid((21, 45, 80), 128,
+        ...                                                    preset="wan")[0]))
+        True
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        preset: str | None = None,
+        base: float | None = None,
+        layout: str | None = None,
+        axes_dim: tuple[int, ...] | None = None,
+        axes_scale: tuple[float, ...] | None = None,
+        block_axes: tuple[int, ...] | None = None,
+        start: float | Sequence[float] | None = None,
+        step: float | Sequence[float] | None = None,
+        cached_length: int = 1024,
+        device: Any = None,
+    ) -> None:
+        super().__init__(device=device, dtype=torch.float32)
+        r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
+                   axes_scale=axes_scale)  # fmt: skip
+        if r.axes_dim is None:
+            raise PosencError(
+                "`AxialRotaryEmbedding` needs one block per grid axis: pass `axes_dim` or an "
+                "axial preset (wan, hunyuan-video, cogvideox, hunyuan-dit, flux, pixtral, …)"
+            )
+        k = len(r.axes_dim)
+        self.rotary, self.preset, self.dim = r, preset, r.dim
+        self.block_axes = tuple(block_axes_of(block_axes, preset, k))
+        recipe = get_rotary_preset(preset).positions if preset is not None else None
+        self._recipe = recipe if start is None and step is None else None
+        self.start = per_axis("start", start, k, 0.0)
+        self.step = per_axis("step", step, k, 1.0)
+        self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
+        scales = r.axes_scale or (1.0,) * k
+        self._plans = [  # each block alone: one column per frequency, [cos | sin]
+            dataclasses.replace(r, dim=d, axes_dim=(d,), axes_scale=(s,), layout="compact")
+            .plan(None, f"AxialRotaryEmbedding({r.dim}, axes_dim={r.axes_dim})")
+            for d, s in zip(r.axes_dim, scales, strict=True)
+        ]  # fmt: skip
+        self._kept = [
+            KeptRows(self.cached_length, self._block_rows(a)) for a in range(k)
+        ]  # fmt: skip
+        self._moved()
+
+    def _block_rows(self, a: int) -> Any:
+        def compute(first: int, length: Any, work: torch.dtype, device: Any) -> Tensor:
+            g = self.block_axes[a]
+            start, step = self.start[g] + first * self.step[g], self.step[g]
+            out: Tensor = evaluate.span(self._plans[a], start, length, dtype=work,
+                                        device=device, on_device=True, step=step)  # fmt: skip
+            return out
+
+        return compute
+
+    def _moved(self) -> None:
+        for kept in self._kept:
+            kept.reset(self._device, torch.float32)
+
+    def reset_parameters(self) -> None:
+        """Rebuild the kept tables (they hold no learned state)."""
+        self._moved()
+
+    def forward(self, shape: Sequence[int], *, dtype: torch.dtype | None = None) -> Any:
+        """``(cos, sin)`` of every token of the grid ``shape`` (first axis outermost), each
+        ``[prod(shape), dim]`` in ``dtype`` (default: the module's, float32 unless moved) on
+        the module's device."""
+        dtype = self._dtype if dtype is None else dtype
+        k = len(self.block_axes)
+        if len(shape) != k:
+            raise PosencError(
+                f"`shape` must have {k} axes (one per block of axes_dim "
+                f"{self.rotary.axes_dim}), got {tuple(shape)}"
+            )
+        if self._recipe is not None:  # positions set by the grid's size: no rows to keep
+            r = self.rotary
+            return rope_grid(tuple(shape), r.dim, preset=self.preset, base=r.base,
+                             layout=r.layout, axes_dim=r.axes_dim, axes_scale=r.axes_scale,
+                             dtype=dtype, device=self._device)  # fmt: skip
+        r, nf = self.rotary, self.rotary.dim // 2
+        out = [torch.empty(*shape, r.width, dtype=dtype, device=self._device) for _ in (0, 1)]
+        first = 0
+        for a, g in enumerate(self.block_axes):
+            rows = self._kept[a].run(0, shape[g], dtype, self._device)  # [n_g, 2 * n_a]
+            na = rows.shape[-1] // 2
+            view = [1] * k + [na]
+            view[g] = shape[g]
+            for t, part in zip(out, (rows[:, :na], rows[:, na:]), strict=True):
+                _place(t, part.reshape(view), r.layout, nf, first, first + na)
+            first += na
+        n = math.prod(shape)
+        return out[0].reshape(n, -1), out[1].reshape(n, -1)
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
+
+    def extra_repr(self) -> str:
+        r = self.rotary
+        return (f"{r.dim}, axes_dim={r.axes_dim}, base={r.base:g}, layout={r.layout!r}, "
+                f"block_axes={self.block_axes}")  # fmt: skip
+
+
+def _place(out: Tensor, rows: Tensor, layout: str, n: int, lo: int, hi: int) -> None:
+    """Write one block's columns (frequencies ``lo … hi - 1`` of ``n``, ``rows`` broadcasting
+    over the grid) into the table ``out`` ``[*grid, width]`` where ``layout`` puts them: each
+    frequency twice in a row (interleaved), in both halves, or once (compact). Each write is
+    one contiguous run of channels per token."""
+    if layout == "interleaved":
+        out[..., 2 * lo : 2 * hi] = rows.repeat_interleave(2, dim=-1)
+    elif layout == "halves":
+        out[..., lo:hi] = rows
+        out[..., n + lo : n + hi] = rows
+    else:
+        out[..., lo:hi] = rows

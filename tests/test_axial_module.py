@@ -1,0 +1,138 @@
+"""posenc.torch.AxialRotaryEmbedding: the tables of posenc.rope_grid (equal, in every dtype)
+from kept per-axis rows, with the production properties of the other modules: nothing in
+the state dict, rows kept per dtype on the module's device and rebuilt by .to(), one graph
+under torch.compile for every grid size, exports without float64 within 1e-6, meta-device
+init."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc.errors import PosencError
+
+torch = pytest.importorskip("torch")
+from posenc.torch import AxialRotaryEmbedding  # noqa: E402
+
+
+def _float64(dims, axes, base, starts, steps, layout="interleaved", blocks=None):
+    blocks = blocks or list(range(len(dims)))
+    grids = np.meshgrid(*[s0 + st * np.arange(n) for s0, st, n in zip(starts, steps, dims,
+                        strict=True)], indexing="ij")  # fmt: skip
+    parts = [grids[g].reshape(-1)[:, None] * base ** (-np.arange(0, d, 2) / d)
+             for d, g in zip(axes, blocks, strict=True)]  # fmt: skip
+    theta = np.concatenate(parts, axis=1)
+    theta = np.repeat(theta, 2, 1) if layout == "interleaved" else np.concatenate([theta] * 2, 1)
+    return np.cos(theta), np.sin(theta)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize(
+    ("kw", "dims"),
+    [({"preset": "wan"}, (21, 45, 80)), ({"preset": "hunyuan-video"}, (5, 3, 7)),
+     ({"preset": "hunyuan-dit", "start": (0, 4), "step": (1, 0.5)}, (32, 24)),
+     ({"axes_dim": (16, 16), "layout": "halves", "axes_scale": (1.0, 0.5)}, (9, 11))],
+)  # fmt: skip
+def test_equals_rope_grid(kw, dims, dtype):
+    head = {"wan": 128, "hunyuan-video": 128, "hunyuan-dit": 88}.get(kw.get("preset"), 32)
+    module = AxialRotaryEmbedding(head, **kw)
+    cos, sin = module(dims, dtype=dtype)
+    want = posenc.rope_grid(dims, head, dtype=dtype, **kw)
+    assert cos.dtype == dtype
+    if dtype == torch.float64:  # both float64-accurate; the per-axis rows' last bits differ
+        torch.testing.assert_close((cos, sin), want, rtol=0, atol=1e-15)
+    else:  # rounded once from float64: the same numbers
+        assert torch.equal(cos, want[0])
+        assert torch.equal(sin, want[1])
+
+
+def test_tables_are_exact_and_keep_nothing_in_the_state_dict():
+    module = AxialRotaryEmbedding(88, preset="hunyuan-dit", start=(0, 4), step=(1.0, 0.5))
+    cos, sin = module((64, 48))
+    want = _float64((64, 48), (44, 44), 1e4, (0, 4), (1, 0.5), blocks=[1, 0])
+    for got, w in zip((cos, sin), want, strict=True):
+        np.testing.assert_array_less(np.abs(got.double().numpy() - w), 6e-8 * np.abs(w) + 1e-38)
+    assert module.state_dict() == {}
+    assert list(module.buffers()) == []
+
+
+def test_grids_longer_than_the_kept_rows():
+    module = AxialRotaryEmbedding(32, axes_dim=(16, 16), cached_length=8)
+    cos, _ = module((3, 20))  # 20 columns > 8 kept rows
+    want, _ = posenc.rope_grid((3, 20), 32, axes_dim=(16, 16), dtype=torch.float32)
+    assert torch.equal(cos, want)
+
+
+def test_to_rebuilds_the_rows_in_the_new_dtype():
+    module = AxialRotaryEmbedding(128, preset="wan")
+    module.to(torch.float64)
+    cos, _ = module((3, 4, 5))
+    assert cos.dtype == torch.float64
+    want = _float64((3, 4, 5), (44, 42, 42), 1e4, (0, 0, 0), (1, 1, 1))[0]
+    np.testing.assert_allclose(cos.numpy(), want, rtol=0, atol=1e-15)
+
+
+def test_meta_init_then_to_empty():
+    module = AxialRotaryEmbedding(128, preset="wan", device="meta")
+    assert module((2, 3, 4))[0].is_meta
+    module.to_empty(device="cpu")
+    cos, _ = module((2, 3, 4))
+    want, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", dtype=torch.float32)
+    assert torch.equal(cos, want)
+
+
+def test_compiled_one_graph_for_every_size():
+    torch._dynamo.reset()
+    module = AxialRotaryEmbedding(64, preset="cogvideox", cached_length=16)
+    compiled = torch.compile(module, fullgraph=True, dynamic=True)
+    for dims in [(3, 6, 9), (4, 7, 10), (2, 30, 5)]:  # past the kept rows too
+        got = compiled(dims)
+        want = module(dims)
+        assert torch.equal(got[0], want[0])
+        assert torch.equal(got[1], want[1])
+
+
+class _Video(torch.nn.Module):
+    """A video attention block's rotary tables, read off its latents' shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rope = AxialRotaryEmbedding(128, preset="wan")
+
+    def forward(self, latents):
+        return self.rope(tuple(latents.shape[2:]))
+
+
+def test_export_has_no_float64_and_stays_within_1e_6():
+    f, h, w = (torch.export.Dim(n, min=2, max=512) for n in ("f", "h", "w"))
+    program = torch.export.export(_Video(), (torch.zeros(1, 1, 3, 4, 5),),
+                                  dynamic_shapes=({2: f, 3: h, 4: w},))  # fmt: skip
+    doubles = [n for n in program.graph.nodes
+               if getattr(n.meta.get("val"), "dtype", None) == torch.float64]  # fmt: skip
+    assert doubles == []
+    for dims in [(3, 4, 5), (21, 45, 80)]:
+        cos, sin = program.module()(torch.zeros(1, 1, *dims))
+        want = _float64(dims, (44, 42, 42), 1e4, (0, 0, 0), (1, 1, 1))
+        assert np.abs(cos.double().numpy() - want[0]).max() < 1e-6
+        assert np.abs(sin.double().numpy() - want[1]).max() < 1e-6
+
+
+def test_positions_that_follow_the_grid_size():
+    presets = posenc.presets("rotary")
+    name = "dinov3" if "dinov3" in presets else None
+    if name is None:
+        pytest.skip("no preset with grid-dependent positions")
+    module = AxialRotaryEmbedding(64, preset=name)
+    cos, _ = module((7, 9))
+    want, _ = posenc.rope_grid((7, 9), 64, preset=name, dtype=torch.float32)
+    assert torch.equal(cos, want)
+
+
+def test_bad_arguments():
+    with pytest.raises(PosencError, match="needs one block per grid axis"):
+        AxialRotaryEmbedding(64)
+    with pytest.raises(PosencError, match="`shape` must have 3 axes"):
+        AxialRotaryEmbedding(128, preset="wan")((4, 4))
+    with pytest.raises(PosencError, match="`cached_length`"):
+        AxialRotaryEmbedding(128, preset="wan", cached_length=-1)

@@ -1,0 +1,137 @@
+"""posenc.torch.patch on small random-weight diffusers video transformers (Wan, HunyuanVideo;
+configs, no download): compat="original" leaves every output identical (float32, bf16
+autocast, a bf16 model, Wan's float32 tables on an MPS host), the exact patch holds the
+float64 tables rounded once and moves the outputs by float32 noise, the original checkpoint
+loads with strict=True, the report names the rotary module, and patching twice is a no-op."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import posenc
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+from posenc.torch import patch  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_diffusers")
+
+
+def _wan():
+    torch.manual_seed(0)
+    return diffusers.WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24, in_channels=4,
+        out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1,
+        rope_max_seq_len=64).eval()  # fmt: skip
+
+
+def _hunyuan():
+    torch.manual_seed(0)
+    return diffusers.HunyuanVideoTransformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=32,
+        num_layers=1, num_single_layers=1, num_refiner_layers=1, text_embed_dim=16,
+        pooled_projection_dim=8, rope_axes_dim=(8, 12, 12),
+        guidance_embeds=False).eval()  # fmt: skip
+
+
+def _wan_inputs(size=(5, 8, 12)):
+    torch.manual_seed(1)
+    f, h, w = size
+    return {"hidden_states": torch.randn(1, 4, f, h, w), "timestep": torch.tensor([500]),
+            "encoder_hidden_states": torch.randn(1, 7, 16)}  # fmt: skip
+
+
+def _hunyuan_inputs(size=(3, 10, 6)):
+    torch.manual_seed(1)
+    f, h, w = size
+    return {"hidden_states": torch.randn(1, 4, f, h, w), "timestep": torch.tensor([500]),
+            "encoder_hidden_states": torch.randn(1, 5, 16),
+            "encoder_attention_mask": torch.ones(1, 5),
+            "pooled_projections": torch.randn(1, 8)}  # fmt: skip
+
+
+MODELS = {
+    "wan": (_wan, _wan_inputs, "rope", "WanRotaryPosEmbed"),
+    "hunyuan-video": (_hunyuan, _hunyuan_inputs, "rope", "HunyuanVideoRotaryPosEmbed"),
+}
+
+
+def _out(model, inputs, dtype=None):
+    with torch.no_grad():
+        if dtype is not None:
+            inputs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
+        return model(**inputs).sample
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_compat_is_identical_and_exact_is_close(family):
+    build, inputs_of, path, name = MODELS[family]
+    model, inputs = build(), inputs_of()
+    before = _out(model, inputs)
+    compat = copy.deepcopy(model)
+    report = patch(compat, compat="original")
+    rows = {r.path: r for r in report.replaced}
+    assert rows[path].original == name
+    assert rows[path].mode == "compat"
+    assert torch.equal(_out(compat, inputs), before)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(_out(compat, inputs), _out(model, inputs))
+    bf16, compat16 = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(compat)
+    compat16.to(torch.bfloat16)
+    assert torch.equal(_out(compat16, inputs, torch.bfloat16), _out(bf16, inputs, torch.bfloat16))
+    for other in [(3, 6, 4), (1, 2, 14)]:  # other latent sizes, odd ones
+        assert torch.equal(_out(compat, inputs_of(other)), _out(model, inputs_of(other)))
+
+    exact = copy.deepcopy(model)
+    report = patch(exact)
+    assert {r.path: r.mode for r in report.replaced}[path] == "exact"
+    torch.testing.assert_close(_out(exact, inputs), before, rtol=0, atol=1e-4)
+    exact.load_state_dict(model.state_dict(), strict=True)
+    assert not exact.state_dict().keys() - model.state_dict().keys()
+    assert len(patch(exact)) == 0
+    assert len(patch(compat)) == 0
+
+
+def _float64_tables(dims, axes, base):
+    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in dims], indexing="ij")
+    parts = [g.reshape(-1)[:, None] * base ** (-np.arange(0, d, 2) / d) for g, d in
+             zip(grids, axes, strict=True)]  # fmt: skip
+    theta = np.repeat(np.concatenate(parts, axis=1), 2, axis=1)
+    return np.cos(theta), np.sin(theta)
+
+
+def test_exact_tables_are_the_float64_ones_rounded_once():
+    hunyuan = _hunyuan()
+    patch(hunyuan)
+    latents = torch.zeros(1, 4, 33, 90, 160)  # 720p, 129 frames: 33 x 45 x 80 patches
+    got = hunyuan.rope(latents)
+    want = _float64_tables((33, 45, 80), (8, 12, 12), 256.0)
+    original = _hunyuan().rope(latents)
+    for g, o, w in zip(got, original, want, strict=True):
+        ours = np.abs(g.double().numpy() - w)
+        np.testing.assert_array_less(ours, 6e-8 * np.abs(w) + 1e-38)
+        assert np.abs(o.double().numpy() - w).max() > 10 * ours.max()  # float32 angles
+
+
+def test_wan_on_a_host_with_mps(monkeypatch):
+    """On an Apple machine diffusers builds Wan's tables in float32 even on the CPU: compat
+    repeats that; the exact patch replaces them by the float64 ones."""
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    model = diffusers.WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=48, in_channels=4,
+        out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1).eval()  # fmt: skip
+    inputs = _wan_inputs((3, 8, 8))
+    compat = copy.deepcopy(model)
+    (row,) = [r for r in patch(compat, compat="original") if r.path == "rope"]
+    assert row.mode == "compat"
+    assert row.max_diff > 1e-6  # float32 angles over rows 0 … 1023
+    assert torch.equal(_out(compat, inputs), _out(model, inputs))
+    exact = copy.deepcopy(model)
+    patch(exact)
+    cos = exact.rope(torch.zeros(1, 4, 21, 90, 160))[0][0, :, 0]
+    want, _ = posenc.rope_grid((21, 45, 80), 48, preset="wan", dtype=np.float64)
+    np.testing.assert_array_less(np.abs(cos.double().numpy() - want), 6e-8 * np.abs(want) + 1e-38)
