@@ -10,7 +10,13 @@ from typing import Any
 from torch import nn
 
 from posenc.errors import PosencError, check_bool, check_choice
-from posenc.torch import _patch_diffusers, _patch_timm, _patch_transformers
+from posenc.torch import (
+    _patch_diffusers,
+    _patch_hf_vision,
+    _patch_timm,
+    _patch_timm_rope,
+    _patch_transformers,
+)
 from posenc.torch._patching import (
     COMPAT,
     EXACT,
@@ -22,9 +28,11 @@ from posenc.torch._patching import (
     route_key,
 )
 
-RECOGNISERS: tuple[Recogniser, ...] = (
+RECOGNISERS: tuple[Recogniser, ...] = (  # the first answer wins
     *_patch_timm.RECOGNISERS,
-    *_patch_diffusers.RECOGNISERS,  # first: transformers' `learned` takes any `pos_embed` path
+    *_patch_timm_rope.RECOGNISERS,
+    *_patch_diffusers.RECOGNISERS,  # before transformers' `learned`: any `pos_embed` path
+    *_patch_hf_vision.RECOGNISERS,  # before transformers' `rotary`: any module with a config
     *_patch_transformers.RECOGNISERS,
 )
 COLUMNS = ("path", "original", "replacement", "mode", "max diff")
