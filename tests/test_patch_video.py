@@ -53,16 +53,34 @@ def _hunyuan_inputs(size=(3, 10, 6)):
             "pooled_projections": torch.randn(1, 8)}  # fmt: skip
 
 
+def _cosmos():
+    torch.manual_seed(0)
+    return diffusers.CosmosTransformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=24,
+        num_layers=1, text_embed_dim=16, adaln_lora_dim=8, max_size=(32, 64, 64),
+        rope_scale=(2.0, 3.0, 3.0), concat_padding_mask=False,
+        extra_pos_embed_type=None).eval()  # fmt: skip
+
+
+def _cosmos_inputs(size=(3, 10, 6), fps=30):
+    torch.manual_seed(1)
+    f, h, w = size
+    return {"hidden_states": torch.randn(1, 4, f, h, w), "timestep": torch.tensor([500.0]),
+            "encoder_hidden_states": torch.randn(1, 5, 16), "fps": fps}  # fmt: skip
+
+
 MODELS = {
     "wan": (_wan, _wan_inputs, "rope", "WanRotaryPosEmbed"),
     "hunyuan-video": (_hunyuan, _hunyuan_inputs, "rope", "HunyuanVideoRotaryPosEmbed"),
+    "cosmos": (_cosmos, _cosmos_inputs, "rope", "CosmosRotaryPosEmbed"),
 }
 
 
 def _out(model, inputs, dtype=None):
     with torch.no_grad():
         if dtype is not None:
-            inputs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
+            inputs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                      else v for k, v in inputs.items()}  # fmt: skip
         return model(**inputs).sample
 
 
@@ -135,3 +153,27 @@ def test_wan_on_a_host_with_mps(monkeypatch):
     cos = exact.rope(torch.zeros(1, 4, 21, 90, 160))[0][0, :, 0]
     want, _ = posenc.rope_grid((21, 45, 80), 48, preset="wan", dtype=np.float64)
     np.testing.assert_array_less(np.abs(cos.double().numpy() - want), 6e-8 * np.abs(want) + 1e-38)
+
+
+def test_cosmos_images_and_videos_at_any_fps():
+    model = _cosmos()
+    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
+    patch(compat, compat="original")
+    patch(exact)
+    for fps in (None, 24, 30, 12):  # an image (no fps), and videos
+        inputs = _cosmos_inputs((5, 6, 8), fps)
+        assert torch.equal(_out(compat, inputs), _out(model, inputs))
+        torch.testing.assert_close(_out(exact, inputs), _out(model, inputs), rtol=0, atol=1e-4)
+    latents = torch.zeros(1, 4, 32, 128, 128)  # the largest grid: 32 x 64 x 64 patches
+    d_t, d_h = 24 - 2 * (24 // 6 * 2), 24 // 6 * 2
+    bases = (1e4 * 2.0 ** (d_t / (d_t - 2)), 1e4 * 3.0 ** (d_h / (d_h - 2)),
+             1e4 * 3.0 ** (d_h / (d_h - 2)))  # fmt: skip
+    for fps in (None, 30):
+        got = exact.rope(latents, fps=fps)
+        step = 1.0 if fps is None else 24 / fps
+        grids = np.meshgrid(step * np.arange(32), np.arange(64), np.arange(64), indexing="ij")
+        parts = [g.reshape(-1)[:, None] * b ** (-np.arange(0, d, 2) / d)
+                 for g, b, d in zip(grids, bases, (d_t, d_h, d_h), strict=True)]  # fmt: skip
+        theta = np.concatenate(parts * 2, axis=1)
+        for g, w in zip(got, (np.cos(theta), np.sin(theta)), strict=True):
+            np.testing.assert_array_less(np.abs(g.double().numpy() - w), 6e-8 * np.abs(w) + 1e-38)

@@ -338,3 +338,45 @@ def test_apply_rope_compat_arguments():
     with pytest.raises(PosencError, match="'compact'"):
         posenc.apply_rope(torch.zeros(2, 8), torch.ones(2, 4), torch.zeros(2, 4), "compact",
                           compat="diffusers")  # fmt: skip
+
+
+def test_axes_base_gives_each_block_its_own_base():
+    cos, sin = posenc.rope_grid((3, 5), 32, axes_dim=(16, 16), axes_base=(2e4, 300.0),
+                                layout="interleaved")  # fmt: skip
+    ref_t = reference((3, 5), (16,), 2e4, (0,), [np.arange(3), np.arange(5)])
+    ref_w = reference((3, 5), (16,), 300.0, (1,), [np.arange(3), np.arange(5)])
+    assert_exact(cos, np.concatenate([ref_t[0], ref_w[0]], axis=1))
+    assert_exact(sin, np.concatenate([ref_t[1], ref_w[1]], axis=1))
+    from posenc.torch import AxialRotaryEmbedding
+
+    module = AxialRotaryEmbedding(32, axes_dim=(16, 16), axes_base=(2e4, 300.0),
+                                               layout="interleaved")  # fmt: skip
+    assert np.array_equal(module((3, 5))[0].numpy(), cos)
+    with pytest.raises(PosencError, match="`axes_base` must be a tuple of 2 bases"):
+        posenc.rope_grid((3, 5), 32, axes_dim=(16, 16), axes_base=(1e4,))
+
+
+@pytest.mark.parametrize(("dims", "fps"), [((16, 44, 80), 30), ((16, 44, 80), None),
+                                           ((5, 3, 7), 25), ((1, 9, 4), None)])  # fmt: skip
+def test_cosmos(dims, fps):
+    """Cosmos-1: per-axis NTK bases 1e4 * s ** (d / (d - 2)), halves over the whole head,
+    frames at i * 24 / fps (704 x 1280, 121 frames: 16 x 44 x 80 patches)."""
+    from diffusers.models.transformers.transformer_cosmos import CosmosRotaryPosEmbed
+
+    module = CosmosRotaryPosEmbed(128)
+    want = module(torch.zeros(1, 1, dims[0], 2 * dims[1], 2 * dims[2]), fps=fps)
+    step = None if fps is None else (24 / fps, 1.0, 1.0)
+    got = posenc.rope_grid(dims, 128, preset="cosmos", step=step, compat="diffusers",
+                           dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    d_t, d_s = 44, 42
+    bases = (1e4 * 2.0 ** (d_t / (d_t - 2)), 1e4, 1e4)
+    t = np.arange(dims[0]) * (1.0 if fps is None else 24 / fps)
+    positions = [t, np.arange(dims[1]), np.arange(dims[2])]
+    grids = np.meshgrid(*positions, indexing="ij")
+    parts = [g.reshape(-1)[:, None] * b ** (-np.arange(0, d, 2) / d)
+             for g, b, d in zip(grids, bases, (d_t, d_s, d_s), strict=True)]  # fmt: skip
+    theta = np.concatenate(parts * 2, axis=1)
+    exact = posenc.rope_grid(dims, 128, preset="cosmos", step=step)
+    for g, w in zip(exact, (np.cos(theta), np.sin(theta)), strict=True):
+        assert_exact(g, w)

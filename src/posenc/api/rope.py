@@ -34,6 +34,7 @@ def rope(
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Tensor, Tensor]: ...
@@ -53,6 +54,7 @@ def rope(
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Tensor, Tensor]: ...
@@ -72,6 +74,7 @@ def rope(
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Floats, Floats]: ...
@@ -91,6 +94,7 @@ def rope(
     interleave_sections: bool | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Any, Any]: ...
@@ -109,6 +113,7 @@ def rope(
     interleave_sections: bool | None = None,
     axes_dim: tuple[int, ...] | None = None,
     axes_scale: tuple[float, ...] | None = None,
+    axes_base: tuple[float, ...] | None = None,
     compat: str | None = None,
     preset: str | None = None,
 ) -> tuple[Any, Any]:
@@ -141,6 +146,7 @@ def rope(
             block; halves hold every block in both halves); the widths add up to ``dim``.
             :func:`posenc.rope_grid` gives them for whole image and video grids.
         axes_scale: with ``axes_dim``, a factor on each block's frequencies.
+        axes_base: with ``axes_dim``, each block's own base in place of ``base``.
         compat: ``"transformers"``: transformers' own float32 arithmetic, bit for bit on CPU
             torch (so a model switches to posenc without changing one logit). Default: exact
             (float64 angles, one rounding to ``dtype``).
@@ -169,6 +175,7 @@ def rope(
         interleave_sections=interleave_sections,
         axes_dim=axes_dim,
         axes_scale=axes_scale,
+        axes_base=axes_base,
     )
     compat = None if compat is None else check_choice("compat", compat, ("transformers",))
     pos = as_positions(positions)

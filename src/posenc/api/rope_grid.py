@@ -40,6 +40,7 @@ def rope_grid(
     layout: str | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -61,6 +62,7 @@ def rope_grid(
     layout: str | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -82,6 +84,7 @@ def rope_grid(
     layout: str | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -103,6 +106,7 @@ def rope_grid(
     layout: str | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
+    axes_base: tuple[float, ...] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -123,6 +127,7 @@ def rope_grid(
     layout: str | None = None,
     axes_dim: tuple[int, ...] | None = None,
     axes_scale: tuple[float, ...] | None = None,
+    axes_base: tuple[float, ...] | None = None,
     block_axes: tuple[int, ...] | None = None,
     start: float | Sequence[float] | None = None,
     step: float | Sequence[float] | None = None,
@@ -151,6 +156,7 @@ def rope_grid(
         axes_dim: the width of each block, one per grid axis, adding up to ``dim``; each
             block has its own frequencies ``base ** (-2j / d_a)``.
         axes_scale: a factor multiplying each block's frequencies (default 1).
+        axes_base: each block's own base, in place of ``base`` (Cosmos's per-axis NTK).
         block_axes: the grid axis each block encodes (default: block ``a`` encodes axis
             ``a``; ``(1, 0)``: the column block first).
         start: the position of each axis's first row (one value, or one per axis; 0, or the
@@ -179,7 +185,7 @@ def rope_grid(
         ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
     """
     r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
-               axes_scale=axes_scale)  # fmt: skip
+               axes_scale=axes_scale, axes_base=axes_base)  # fmt: skip
     if r.axes_dim is None:
         raise PosencError(
             "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "

@@ -143,6 +143,46 @@ def _family_positions(
     return _crop_linspace(start, step, n, device)
 
 
+COSMOS_FPS = 24
+"""Cosmos's ``base_fps``: a video's frame ``i`` sits at ``i / fps * 24``."""
+
+
+def _cosmos(
+    dims: Sequence[int], r: Any, starts: Sequence[float], steps: Sequence[float], device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``CosmosRotaryPosEmbed(hidden_size, rope_scale=…)(latents, fps)``: float32 bases'
+    powers, the positions of ``arange`` in float32 (frames ``/ fps * 24`` for a video), the
+    ``[t | h | w]`` angles twice over (halves), then cos and sin. A step of 1 on the frames is
+    an image (no ``fps``)."""
+    if any(s0 != 0.0 for s0 in starts) or list(steps[1:]) != [1.0, 1.0] or r.layout != "halves":
+        raise PosencError(
+            "`compat='diffusers'`: cosmos's positions are 0, 1, 2, … on every axis, frames "
+            f"times 24 / fps; got start={list(starts)}, step={list(steps)}"
+        )
+    fps = None
+    if steps[0] != 1.0:
+        fps = COSMOS_FPS / steps[0]
+        if abs(fps - round(fps)) > 1e-9 * fps or round(fps) <= 0:
+            raise PosencError(
+                f"`step`: cosmos's frames sit at i / fps * 24 for an integer fps; step[0] = "
+                f"{steps[0]!r} is 24 / {fps!r}"
+            )
+        fps = round(fps)
+    bases = r.axes_base or (r.base,) * 3
+    freqs = []
+    for d, theta in zip(r.axes_dim, bases, strict=True):
+        exponent = torch.arange(0, d, 2, device=device, dtype=torch.float32)[: d // 2] / d
+        freqs.append(1.0 / (theta**exponent))
+    seq = torch.arange(max(dims), device=device, dtype=torch.float32)
+    t = seq[: dims[0]] if fps is None else seq[: dims[0]] / fps * COSMOS_FPS
+    f, h, w = dims
+    emb_h = torch.outer(seq[:h], freqs[1])[None, :, None, :].repeat(f, 1, w, 1)
+    emb_w = torch.outer(seq[:w], freqs[2])[None, None, :, :].repeat(f, h, 1, 1)
+    emb_t = torch.outer(t, freqs[0])[:, None, None, :].repeat(1, h, w, 1)
+    angles = torch.cat([emb_t, emb_h, emb_w] * 2, dim=-1).flatten(0, 2).float()
+    return torch.cos(angles), torch.sin(angles)
+
+
 def rotary_grid(
     family: str,
     compat: str,
@@ -161,12 +201,20 @@ def rotary_grid(
     ``WanRotaryPosEmbed`` (float64 angles; float32 on a host with MPS: ``"diffusers-mps"``),
     ``HunyuanVideoRotaryPosEmbed`` (float32), ``get_3d_rotary_pos_embed`` (CogVideoX: crop
     ``linspace`` or integer ``slice`` grids, float32, the time axis integer) and
-    ``get_2d_rotary_pos_embed`` (HunyuanDiT: crop ``linspace``, column block first, float32).
+    ``get_2d_rotary_pos_embed`` (HunyuanDiT: crop ``linspace``, column block first, float32),
+    ``CosmosRotaryPosEmbed`` (float32, per-axis bases, halves; ``step[0] = 24 / fps``).
     Per block, ``get_1d_rotary_pos_embed`` at the positions the family builds, broadcast to
     the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
     NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
     out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
     work = torch.device(out_device) if out_device is not None else torch.device("cpu")
+    torch_out = (
+        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
+    )
+    out = compat_dtype(dtype, torch.float32)
+    if family == "cosmos":
+        pair = _cosmos(dims, r, starts, steps, work)
+        return compat_out(tuple(t.to(out) for t in pair), numpy_out=not torch_out)
     wide = torch.float64 if family == "wan" and compat == "diffusers" else torch.float32
     k = len(dims)
     parts_cos, parts_sin = [], []
@@ -188,8 +236,4 @@ def rotary_grid(
     n = math.prod(dims)
     cos = torch.cat(parts_cos, dim=-1).reshape(n, -1)
     sin = torch.cat(parts_sin, dim=-1).reshape(n, -1)
-    torch_out = (
-        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
-    )
-    out = compat_dtype(dtype, torch.float32)
     return compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)

@@ -61,6 +61,8 @@ class Rotary:
             both halves holding every block (Qwen2-VL's vision tower, Pixtral, DINOv3).
         axes_scale: with ``axes_dim``, a factor multiplying each block's frequencies (in
             float64): DINOv3's ``2 pi``, Pixtral's odd-index shift, a per-axis downscaling.
+        axes_base: with ``axes_dim``, each block's own base in place of ``base`` (Cosmos's
+            per-axis NTK bases).
     """
 
     dim: int
@@ -71,6 +73,7 @@ class Rotary:
     interleave_sections: bool = False
     axes_dim: tuple[int, ...] | None = None
     axes_scale: tuple[float, ...] | None = None
+    axes_base: tuple[float, ...] | None = None
 
     @property
     def ndim(self) -> int:
@@ -96,8 +99,9 @@ def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
     if r.axes_dim is not None:
         scales = r.axes_scale or (1.0,) * len(r.axes_dim)
-        for k, (dk, scale) in enumerate(zip(r.axes_dim, scales, strict=True)):
-            omega, factor = r.scaling.frequencies(dk, r.base, seq_len)
+        bases = r.axes_base or (r.base,) * len(r.axes_dim)
+        for k, (dk, scale, base) in enumerate(zip(r.axes_dim, scales, bases, strict=True)):
+            omega, factor = r.scaling.frequencies(dk, base, seq_len)
             blocks.append((omega * scale, np.full(len(omega), k)))
     else:
         omega, factor = r.scaling.frequencies(r.dim, r.base, seq_len)
@@ -144,6 +148,7 @@ def rotary(
     interleave_sections: Any = None,
     axes_dim: Any = None,
     axes_scale: Any = None,
+    axes_base: Any = None,
 ) -> Rotary:
     """The checked :class:`Rotary` of :func:`rope`'s keywords: a preset's, replaced by those
     given, then the defaults (base 10000, halves)."""
@@ -155,6 +160,7 @@ def rotary(
         "interleave_sections": interleave_sections,
         "axes_dim": axes_dim,
         "axes_scale": axes_scale,
+        "axes_base": axes_base,
     }
     kw: dict[str, Any] = {"base": 10000.0, "layout": "halves", "interleave_sections": False}
     axial = None
@@ -179,6 +185,7 @@ def _rotary(
     sections: Any = None,
     axes_dim: Any = None,
     axes_scale: Any = None,
+    axes_base: Any = None,
 ) -> Rotary:
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
     if dim % 2:
@@ -235,20 +242,29 @@ def _rotary(
             raise PosencError(
                 f"`axes_dim` must be even widths adding up to `dim` = {dim}, got {axes_dim}"
             )
-    if axes_scale is not None:
-        if axes_dim is None:
-            raise PosencError("`axes_scale` needs `axes_dim` (one factor per block)")
-        if not isinstance(axes_scale, list | tuple) or len(axes_scale) != len(axes_dim):
-            raise PosencError(
-                f"`axes_scale` must be a tuple of {len(axes_dim)} factors (one per block of "
-                f"`axes_dim` {axes_dim}), got {show(axes_scale)}"
-            )
-        axes_scale = tuple(
-            check_real(f"axes_scale[{i}]", v, positive=True) for i, v in enumerate(axes_scale)
+    axes_scale = _per_block("axes_scale", "factors", axes_scale, axes_dim, 1.0)
+    axes_base = _per_block("axes_base", "bases", axes_base, axes_dim, base)
+    return Rotary(
+        dim, s, base, layout, sections, interleave_sections, axes_dim, axes_scale, axes_base
+    )
+
+
+def _per_block(
+    name: str, what: str, value: Any, axes_dim: tuple[int, ...] | None, default: float
+) -> tuple[float, ...] | None:
+    """One positive real per block of ``axes_dim``, or None where every one is ``default``
+    (one table: one cache entry)."""
+    if value is None:
+        return None
+    if axes_dim is None:
+        raise PosencError(f"`{name}` needs `axes_dim` (one of its {what} per block)")
+    if not isinstance(value, list | tuple) or len(value) != len(axes_dim):
+        raise PosencError(
+            f"`{name}` must be a tuple of {len(axes_dim)} {what} (one per block of `axes_dim` "
+            f"{axes_dim}), got {show(value)}"
         )
-        if all(v == 1.0 for v in axes_scale):
-            axes_scale = None  # one table: one cache entry
-    return Rotary(dim, s, base, layout, sections, interleave_sections, axes_dim, axes_scale)
+    out = tuple(check_real(f"{name}[{i}]", v, positive=True) for i, v in enumerate(value))
+    return None if all(v == default for v in out) else out
 
 
 def pair_channels(w: int, layout: str) -> tuple[slice, slice]:

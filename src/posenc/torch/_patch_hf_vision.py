@@ -1,9 +1,519 @@
 """The recognisers of transformers' vision-tower rotary modules for :func:`posenc.torch.patch`
-(asked before the language-model ``*RotaryEmbedding`` recogniser)."""
+(asked before the language-model ``*RotaryEmbedding`` recogniser), and their stand-ins.
+
+Covered, each by its class name (and a module path under ``transformers.``):
+
+- the Qwen2-VL form ``forward(x, position_ids)``, ``[N, 2]`` (row, column) ids in, float32
+  ``[N, dim]`` halves out: Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and MoE), Qwen2.5-Omni, Qwen3-Omni,
+  Qwen3.5 (and MoE), GLM-4V (and MoE), GLM-OCR, PaddleOCR-VL (preset ``qwen2-vl-vision``);
+- Pixtral's ``forward(x, position_ids)``, the same in ``x``'s dtype (preset ``pixtral``);
+- SAM 2 video's memory attention (EdgeTAM video, SAM 3 tracker video alike): (column, row) ids,
+  float32 ``[1, N, dim]`` interleaved (preset ``sam2``);
+- SAM 3's ViT layers: the same at the layer's own ids, scaled to its 24 x 24 window (preset
+  ``sam3-vit``);
+- DINOv3's ``forward(pixel_values)``: the patch centres of the image's grid (preset ``dinov3``);
+- Llama 4's vision ``forward(hidden_states)``: its complex ``freqs_ci`` table, the class token
+  last (preset ``llama4-vision``).
+
+Each stand-in (:class:`VisionRope`) is called as the original is and returns what the model
+consumes (shapes, dtype, device): exact tables from posenc by default; with
+``compat="original"`` transformers' own float32 arithmetic (its replays in
+:mod:`posenc.compat.transformers_vision`, here with the inverse frequencies the module's buffer
+holds, rounded as ``.to()`` rounds that buffer). Nothing is kept in the state dict.
+"""
 
 from __future__ import annotations
 
-from posenc.torch._patching import Recogniser
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
 
-RECOGNISERS: tuple[Recogniser, ...] = ()
+import torch
+from torch import Tensor, nn
+
+from posenc.api.rope import rope
+from posenc.api.rope_grid import rope_grid
+from posenc.errors import PosencError
+from posenc.torch._base import _Tracked
+from posenc.torch._patching import Found, Recogniser, chunks, from_library, left_alone
+
+QWEN_FORM = (
+    "Qwen2VLVisionRotaryEmbedding", "Qwen2_5_VLVisionRotaryEmbedding",
+    "Qwen3VLVisionRotaryEmbedding", "Qwen3VLMoeVisionRotaryEmbedding",
+    "Qwen2_5OmniVisionRotaryEmbedding", "Qwen3OmniMoeVisionRotaryEmbedding",
+    "Qwen3_5VisionRotaryEmbedding", "Qwen3_5MoeVisionRotaryEmbedding",
+    "Glm4vVisionRotaryEmbedding", "Glm4vMoeVisionRotaryEmbedding",
+    "GlmOcrVisionRotaryEmbedding", "PaddleOCRVisionRotaryEmbedding",
+)  # fmt: skip
+SAM2_FORM = ("Sam2VideoVisionRotaryEmbedding", "EdgeTamVideoVisionRotaryEmbedding",
+             "Sam3TrackerVideoVisionRotaryEmbedding")  # fmt: skip
+PIXTRAL, SAM3, DINOV3, LLAMA4 = (
+    "PixtralVisionRotaryEmbedding", "Sam3ViTRotaryEmbedding",
+    "DINOv3ViTRopePositionEmbedding", "Llama4VisionRotaryEmbedding",
+)  # fmt: skip
+
+QWEN_GRID = (128, 128)
+"""Where a Qwen2-VL-form module is measured (it has no image size): a 1792 x 1792 image in 14
+px patches, 16384 patches (Qwen2-VL's default ``max_pixels`` allow 16384 merged tokens)."""
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), int(v))
+
+
+def _ladder(base: float, spatial: int) -> Tensor:
+    """transformers' ``1.0 / (base ** (arange(0, spatial, 2, float) / spatial))`` in float32."""
+    return 1.0 / (base ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial))
+
+
+def _inv_freq(family: str, dim: int, base: float) -> Tensor:
+    """The float32 inverse frequencies the family's module keeps in its ``inv_freq`` buffer."""
+    if family == "pixtral":
+        ladder = _ladder(base, dim)
+        return torch.cat([ladder[0::2], ladder[1::2]])
+    if family == "dinov3":
+        return 1 / base ** torch.arange(0, 1, 4 / dim, dtype=torch.float32)
+    return _ladder(base, dim // 2)
+
+
+class VisionRope(_Tracked):
+    """The stand-in for a transformers vision-tower rotary module of one ``family`` (a preset
+    of :mod:`posenc.spec.presets.vision_transformers`): called as the original is.
+
+    Exact (``compat=False``): posenc's tables (float64 angles, one rounding). Compat: the
+    module's float32 arithmetic, step for step, with the ``inv_freq`` its buffer holds (the
+    float32 ladder, rounded to the dtype ``.to()`` moved the module to, as the buffer is).
+
+    Args:
+        family: ``qwen2-vl-vision``, ``pixtral``, ``sam2``, ``sam3-vit``, ``dinov3`` or
+            ``llama4-vision``.
+        dim: the rotary width (the head dimension).
+        base: ``rope_theta``.
+        compat: repeat transformers' arithmetic.
+        dtype: the dtype of the original's buffer (the module is moved to it).
+        device: the original's device.
+        grid: SAM 3: the layer's ``(rows, columns)`` and the id scale ``window / columns``;
+            Llama 4: the side ``n`` of its square patch grid; DINOv3: its patch size.
+        config: DINOv3: the original's config (its training augmentation is read from it).
+    """
+
+    def __init__(
+        self,
+        family: str,
+        dim: int,
+        base: float,
+        *,
+        compat: bool,
+        dtype: torch.dtype,
+        device: Any,
+        grid: Any = None,
+        config: Any = None,
+    ) -> None:
+        super().__init__(device=device, dtype=torch.float32)
+        self.family, self.dim, self.base, self.compat = family, dim, float(base), compat
+        self.grid, self.config = grid, config
+        rope_grid((1, 1), dim, preset=family, base=base)  # refuses what posenc cannot do
+        self._llama_dtype = torch.complex64  # what Llama 4's buffer is now
+        self._kept: dict[Any, Any] = {}
+        if dtype != torch.float32:
+            self.to(dtype)
+
+    # -- state: only the tracked dtype and device (and tables kept for them) ------------------
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VisionRope:
+        if self.family == "llama4-vision":  # the original's buffer is complex: follow its cast
+            probe = fn(torch.empty(0, dtype=self._llama_dtype, device=self._device))
+            self._llama_dtype = probe.dtype
+        super()._apply(fn, recurse)
+        self._kept = {}
+        return self
+
+    def _moved(self) -> None:
+        self._kept = {}
+
+    def _inv(self, device: Any) -> Tensor:
+        """The ``inv_freq`` buffer the original holds now (float32 ladder, ``.to()``'s cast)."""
+        inv = _inv_freq(self.family, self.dim, self.base)
+        return inv.to(self._dtype).to(device)
+
+    # -- the forwards -------------------------------------------------------------------------
+
+    def forward(self, x: Tensor, position_ids: Tensor | None = None) -> Any:
+        """As the original: ``(x, position_ids)`` for the id forms; ``(pixel_values)`` for
+        DINOv3; ``(hidden_states)`` for Llama 4."""
+        if self.family == "dinov3":
+            return self._dinov3(x)
+        if self.family == "llama4-vision":
+            return self._llama4(x.device)
+        if position_ids is None:
+            raise PosencError(f"{type(self).__name__}({self.family!r}) needs `position_ids`")
+        with torch.no_grad():
+            cos, sin = (
+                self._compat_ids(x, position_ids)
+                if self.compat
+                else self._exact_ids(x, position_ids)
+            )
+        if self.family == "pixtral":
+            return cos.to(x.dtype), sin.to(x.dtype)
+        if self.family in ("sam2", "sam3-vit"):
+            return cos[None], sin[None]
+        return cos, sin
+
+    def _compat_ids(self, x: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
+        freqs = ids[..., None].float() * self._inv(x.device).to(dtype=torch.float)
+        out = []
+        for f in (freqs.cos(), freqs.sin()):
+            if self.family == "pixtral":
+                h, w = (m[:, i % 2] for i, m in enumerate(f.chunk(2, dim=-1)))
+                hw = torch.cat([h, w], dim=-1)
+                out.append(torch.cat([hw, hw], dim=-1))
+            elif self.family == "qwen2-vl-vision":
+                hw = torch.cat([f[:, 0], f[:, 1]], dim=-1)
+                out.append(torch.cat([hw, hw], dim=-1))
+            else:  # sam2, sam3-vit
+                out.append(torch.cat([f[:, 0], f[:, 1]], dim=-1).repeat_interleave(2, dim=-1))
+        return out[0], out[1]
+
+    def _exact_ids(self, x: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
+        if self.family == "sam3-vit":  # the layer's own ids: the grid at i * window / columns
+            (h, w), scale = self.grid
+            key = ("grid", x.device)
+            if key not in self._kept:
+                rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+                own = torch.stack([cols.flatten(), rows.flatten()], dim=-1) * scale
+                table = rope_grid((h, w), self.dim, preset=self.family, base=self.base,
+                                  step=scale, dtype=torch.float32, device=x.device)  # fmt: skip
+                self._kept[key] = (own.to(x.device), table)
+            own, table = self._kept[key]
+            if ids.shape == own.shape and torch.equal(ids, own):
+                cos, sin = table
+                return cos, sin
+        cos, sin = rope(ids, self.dim, preset=self.family, base=self.base, dtype=torch.float32)
+        return cos.contiguous(), sin.contiguous()
+
+    def _dinov3(self, pixel_values: Tensor) -> tuple[Tensor, Tensor]:
+        ph, pw = self.grid
+        h, w = pixel_values.shape[-2] // ph, pixel_values.shape[-1] // pw
+        device, dtype = pixel_values.device, pixel_values.dtype
+        c = self.config
+        augment = (c.pos_embed_shift, c.pos_embed_jitter, c.pos_embed_rescale)
+        if not self.compat and not (self.training and any(a is not None for a in augment)):
+            cos, sin = rope_grid((h, w), self.dim, preset="dinov3", base=self.base,
+                                 dtype=dtype, device=device)  # fmt: skip
+            return cos.contiguous(), sin.contiguous()
+        coords_h = torch.arange(0.5, h, dtype=torch.float32, device=device) / h
+        coords_w = torch.arange(0.5, w, dtype=torch.float32, device=device) / w
+        coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1)
+        coords = 2.0 * coords.flatten(0, 1) - 1.0
+        if self.training:  # the original's random draws, in its order
+            coords = _augment(coords, *augment)
+        if self.compat:
+            angles = 2 * math.pi * coords[:, :, None] * self._inv(device)[None, None, :]
+        else:  # exact at the drawn coordinates: float64 angles, one rounding
+            k = torch.arange(self.dim // 4, dtype=torch.float64, device=device)
+            omega = self.base ** (-4 * k / self.dim)
+            angles = 2 * math.pi * coords.double()[:, :, None] * omega[None, None, :]
+        angles = angles.flatten(1, 2).tile(2)
+        return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+
+    def _llama4(self, device: torch.device) -> Tensor:
+        key = (self._llama_dtype, device)
+        if key not in self._kept:
+            n = self.grid
+            mode = "transformers" if self.compat else None
+            wide = self._llama_dtype == torch.complex128 and not self.compat
+            cos, sin = rope_grid((n, n), self.dim, preset="llama4-vision", base=self.base,
+                                 compat=mode, device=device,
+                                 dtype=torch.float64 if wide else torch.float32)  # fmt: skip
+            one = torch.ones(1, self.dim // 2, dtype=cos.dtype, device=device)
+            real = torch.cat([cos[:, 0::2], one])  # the class token last, at angle 0
+            imag = torch.cat([sin[:, 0::2], torch.zeros_like(one)])
+            table = torch.complex(real, imag)[:, None]
+            if self.compat:  # the buffer as .to() left it (a real cast keeps the real part)
+                table = table.to(self._llama_dtype)
+            self._kept[key] = table
+        out: Tensor = self._kept[key]
+        return out
+
+    def extra_repr(self) -> str:
+        mode = ", compat='transformers'" if self.compat else ""
+        return f"{self.dim}, preset={self.family!r}, base={self.base:g}{mode}"
+
+
+def _augment(coords: Tensor, shift: Any, jitter: Any, rescale: Any) -> Tensor:
+    """DINOv3's training augmentation of the patch centres: the same draws, in the same order,
+    from the same generator as transformers' ``augment_patches_center_coordinates``."""
+    if shift is not None:
+        shift_hw = torch.empty((1, 2), device=coords.device, dtype=coords.dtype)
+        coords = coords + shift_hw.uniform_(-shift, shift)
+    if jitter is not None:
+        r = float(math.log(jitter))
+        jitter_hw = torch.empty((1, 2), device=coords.device, dtype=coords.dtype)
+        coords = coords * jitter_hw.uniform_(-r, r).exp()
+    if rescale is not None:
+        r = float(math.log(rescale))
+        rescale_hw = torch.empty(1, device=coords.device, dtype=coords.dtype)
+        coords = coords * rescale_hw.uniform_(-r, r).exp()
+    return coords
+
+
+# ---------------------------------------------------------------------------------------------
+# the recognisers
+
+
+def _tf(module: Any) -> bool:
+    return from_library(module, "transformers")
+
+
+def _buffer_form(name: str, module: Any, family: str, base: Any) -> tuple[int, float] | str:
+    """``(dim, base)`` when the module's ``inv_freq`` is the family's float32 ladder (in the
+    dtype the buffer has now) bit for bit; else why not."""
+    inv = getattr(module, "inv_freq", None)
+    if not isinstance(inv, Tensor) or inv.ndim != 1 or not inv.is_floating_point():
+        return f"not covered: {name} has no inv_freq buffer of transformers' form"
+    if inv.is_meta:
+        return "its tables are on the meta device: load the model first"
+    if float(getattr(module, "attention_scaling", 1.0)) != 1.0:
+        return "not covered yet: an attention scaling other than 1"
+    try:
+        base = float(base)
+    except (TypeError, ValueError):
+        return f"not covered: {name}'s rope_theta {base!r} is not a number"
+    dim = 4 * inv.numel() if family != "pixtral" else 2 * inv.numel()
+    own = _inv_freq(family, dim, base).to(inv.dtype)
+    if not torch.equal(own, inv.detach().cpu()):
+        return (f"not covered yet: its inv_freq is not the {family} ladder of a head dim "
+                f"{dim} (base {base:g}), bit for bit")  # fmt: skip
+    return dim, base
+
+
+def _build(family: str, dim: int, base: float, dtype: torch.dtype, device: Any,
+           **kw: Any) -> Callable[[str | None], nn.Module | str]:  # fmt: skip
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return VisionRope(family, dim, base, compat=compat is not None, dtype=dtype,
+                              device=device, **kw)  # fmt: skip
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    return build
+
+
+def _grid_ids(h: int, w: int, order: str, device: Any) -> Tensor:
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    pair = (rows, cols) if order == "rc" else (cols, rows)
+    return torch.stack([p.flatten() for p in pair], dim=-1).to(device)
+
+
+def _id_runs(module: nn.Module, ids: Tensor, dtype: torch.dtype) -> list[Tensor]:
+    """The module's tables of ``ids``, a chunk of tokens at a time (float32 ``x``)."""
+    x = torch.zeros(1, dtype=dtype, device=ids.device)
+    out: list[Tensor] = []
+    with torch.no_grad():
+        for a, b in chunks(ids.shape[0]):
+            out.extend(t.detach() for t in module(x, ids[a:b]))
+    return out
+
+
+def _ids_found(name: str, module: nn.Module, family: str, base: Any, ids: Tensor, where: str,
+               **kw: Any) -> Found:  # fmt: skip
+    form = _buffer_form(name, module, family, base)
+    if isinstance(form, str):
+        return left_alone(name, form)
+    dim, theta = form
+    inv: Tensor = module.inv_freq  # type: ignore[assignment]
+    ids = ids.to(inv.device)
+    return Found(
+        name,
+        f"VisionRope({dim}, preset={family!r}, base={theta:g})",
+        _build(family, dim, theta, inv.dtype, inv.device, **kw),
+        numbers=lambda: _id_runs(module, ids, torch.float32),
+        probe=lambda new: _id_runs(new, ids, torch.float32),
+        note=f"max diff over {where}",
+    )
+
+
+def _rope_theta(config: Any) -> Any:
+    params = getattr(config, "rope_parameters", None) or {}
+    return params.get("rope_theta", getattr(config, "rope_theta", None))
+
+
+def qwen2_vl_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """The Qwen2-VL form (``QWEN_FORM``), measured at the (row, column) ids of a
+    ``QWEN_GRID`` image."""
+    name = type(module).__name__
+    if not (name in QWEN_FORM and _tf(module)):
+        return None
+    h, w = QWEN_GRID
+    ids = _grid_ids(h, w, "rc", "cpu")
+    return _ids_found(name, module, "qwen2-vl-vision", _rope_theta(getattr(module, "config", None)),
+                      ids, f"the {h} x {w} patch grid")  # fmt: skip
+
+
+def pixtral_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Pixtral's, measured at the ids of its ``image_size / patch_size`` grid."""
+    name = type(module).__name__
+    if not (name == PIXTRAL and _tf(module)):
+        return None
+    config = getattr(module, "config", None)
+    try:
+        n = int(config.image_size) // int(config.patch_size)  # type: ignore[union-attr]
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: no image_size and patch_size in its config")
+    ids = _grid_ids(n, n, "rc", "cpu")
+    return _ids_found(name, module, "pixtral", _rope_theta(config), ids,
+                      f"the {n} x {n} patch grid (image_size / patch_size)")  # fmt: skip
+
+
+def _parent(root: nn.Module, path: str) -> nn.Module | None:
+    if "." not in path:
+        return root if path else None
+    try:
+        return root.get_submodule(path.rsplit(".", 1)[0])
+    except AttributeError:
+        return None
+
+
+def sam2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """SAM 2 video's memory-attention rotary module (EdgeTAM, SAM 3 tracker alike), measured
+    at its parent's own ``position_ids`` (and EdgeTAM's ``position_ids_k``), else the
+    ``memory_attention_rope_feat_sizes`` grid."""
+    name = type(module).__name__
+    if not (name in SAM2_FORM and _tf(module)):
+        return None
+    config = getattr(module, "config", None)
+    parent = _parent(root, path)
+    kept = [getattr(parent, k, None) for k in ("position_ids", "position_ids_k")]
+    runs = [t for t in kept if isinstance(t, Tensor) and t.ndim == 2 and t.shape[-1] == 2]
+    if runs:
+        ids, where = torch.cat(runs).long(), "its attention's position_ids"
+    else:
+        try:
+            w, h = (int(v) for v in config.memory_attention_rope_feat_sizes)  # type: ignore
+        except (AttributeError, TypeError, ValueError):
+            return left_alone(name, "not covered: no memory_attention_rope_feat_sizes")
+        ids, where = _grid_ids(h, w, "cr", "cpu"), f"the {h} x {w} memory feature grid"
+    return _ids_found(name, module, "sam2", _rope_theta(config), ids, where)
+
+
+def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """SAM 3's ViT rotary module, inside a ``Sam3ViTLayer`` whose ``position_ids`` (its window
+    grid, or the global one, at the window's scale) it is called with: measured at them."""
+    name = type(module).__name__
+    if not (name == SAM3 and _tf(module)):
+        return None
+    parent, config = _parent(root, path), getattr(module, "config", None)
+    ids = getattr(parent, "position_ids", None)
+    if not isinstance(ids, Tensor) or config is None:
+        return left_alone(name, "not covered: not inside a Sam3ViTLayer with position_ids")
+    try:
+        size = int(getattr(parent, "window_size", 0))
+        if size > 0:
+            h, w = size, size
+        else:  # precompute_positions: (image_size[1], image_size[0]) // patch_size
+            image, patch = _pair(config.image_size), _pair(config.patch_size)
+            h, w = image[1] // patch[1], image[0] // patch[0]
+        scale = config.window_size / w
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return left_alone(name, "not covered: not the config of transformers' Sam3ViTLayer")
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    own = torch.stack([cols.flatten(), rows.flatten()], dim=-1) * scale
+    if ids.shape != own.shape or not torch.equal(ids.detach().cpu(), own):
+        return left_alone(name, "not covered: its layer's position_ids are not the grid "
+                          f"{h} x {w} at {scale:g} per patch")  # fmt: skip
+    return _ids_found(name, module, "sam3-vit", _rope_theta(config), ids.detach(),
+                      f"its layer's position_ids ({h} x {w} patches, {scale:g} per patch)",
+                      grid=((h, w), scale))  # fmt: skip
+
+
+def dinov3_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """DINOv3's rotary module, measured in eval mode (a copy) at its config's image size."""
+    name = type(module).__name__
+    if not (name == DINOV3 and _tf(module)):
+        return None
+    m: Any = module
+    form = _buffer_form(name, module, "dinov3", getattr(m, "base", None))
+    if isinstance(form, str):
+        return left_alone(name, form)
+    dim, base = form
+    try:
+        patch = _pair(m.config.patch_size)
+        image = _pair(m.config.image_size)
+        if dim != int(m.head_dim):
+            return left_alone(
+                name, f"not covered: inv_freq of {dim // 4} for head_dim {m.head_dim}"
+            )
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the config of transformers' DINOv3 ViT")
+    h, w = image[0] // patch[0], image[1] // patch[1]
+    inv = m.inv_freq
+    pixels = torch.zeros(1, 3, h * patch[0], w * patch[1], device=inv.device)
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        twin = copy.deepcopy(mod).eval()  # no random draws, the original's mode untouched
+        with torch.no_grad():
+            return [t.detach() for t in twin(pixels)]
+
+    return Found(name, f"VisionRope({dim}, preset='dinov3', base={base:g})",
+                 _build("dinov3", dim, base, inv.dtype, inv.device, grid=patch, config=m.config),
+                 numbers=lambda: run(module), probe=run,
+                 note=f"max diff over the {h} x {w} patch grid, eval mode")  # fmt: skip
+
+
+def _parts(t: Tensor) -> list[Tensor]:
+    t = t.detach()
+    if t.is_complex():
+        return [t.real.contiguous(), t.imag.contiguous()]
+    return [t]
+
+
+def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Llama 4's vision rotary module: its ``freqs_ci`` buffer of the square patch grid and
+    the class token, measured whole."""
+    name = type(module).__name__
+    if not (name == LLAMA4 and _tf(module)):
+        return None
+    m: Any = module
+    try:
+        c = m.config
+        n = int(c.image_size) // int(c.patch_size)
+        dim = int(c.hidden_size) // int(c.num_attention_heads)
+        base = float(_rope_theta(c))
+        freqs: Tensor = m.freqs_ci
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the config of transformers' Llama 4 vision")
+    if freqs.is_meta:
+        return left_alone(name, "its tables are on the meta device: load the model first")
+    if tuple(freqs.shape) != (n * n + 1, 1, dim // 2) or dim % 4:
+        return left_alone(name, f"not covered: freqs_ci {tuple(freqs.shape)} is not the "
+                          f"{n} x {n} grid and class token of head dim {dim}")  # fmt: skip
+    if not freqs.is_complex():
+        return left_alone(name, "not covered: its freqs_ci was cast to a real dtype "
+                          "(model.to() keeps only the cosines): patch before casting")  # fmt: skip
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            out = VisionRope("llama4-vision", dim, base, compat=compat is not None,
+                             dtype=torch.float32, device=freqs.device, grid=n)  # fmt: skip
+        except PosencError as err:
+            return f"not covered: {err}"
+        return out.to(freqs.dtype) if freqs.dtype != torch.complex64 else out
+
+    def probe(new: nn.Module) -> list[Tensor]:
+        return _parts(new(torch.zeros(1, device=freqs.device)))
+
+    return Found(name, f"VisionRope({dim}, preset='llama4-vision', base={base:g})", build,
+                 numbers=lambda: _parts(m.freqs_ci), probe=probe,
+                 note=f"max diff over its freqs_ci ({n} x {n} patches, class token)")  # fmt: skip
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (
+    qwen2_vl_vision_rope,
+    pixtral_rope,
+    sam2_rope,
+    sam3_vit_rope,
+    dinov3_rope,
+    llama4_vision_rope,
+)
 """The transformers vision recognisers, in the order they are asked."""

@@ -1,6 +1,7 @@
 """The recognisers of diffusers' video rotary modules for :func:`posenc.torch.patch`: Wan's
-``WanRotaryPosEmbed`` (Wan 2.1/2.2, Sana-Video, Wan-Animate; SkyReels-V2's copy) and
-``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5), with their stand-ins: an
+``WanRotaryPosEmbed`` (Wan 2.1/2.2, Sana-Video, Wan-Animate; SkyReels-V2's copy),
+``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5) and ``CosmosRotaryPosEmbed`` (Cosmos-1),
+with their stand-ins: an
 :class:`~posenc.torch.axial.AxialRotaryEmbedding` called as the original is, on the latents
 ``[B, C, F, H, W]``, exact; or, with ``compat="original"``, diffusers' own tables
 (:func:`posenc.compat.diffusers.rotary_grid`).
@@ -36,8 +37,10 @@ class VideoRope(AxialRotaryEmbedding):
 
     def __init__(self, preset: str, dim: int, patch: tuple[int, int, int], *, wan: bool,
                  compat: str | None = None, axes_dim: tuple[int, ...] | None = None,
-                 base: float | None = None, device: Any = None) -> None:  # fmt: skip
-        super().__init__(dim, preset=preset, axes_dim=axes_dim, base=base, device=device)
+                 base: float | None = None, axes_base: tuple[float, ...] | None = None,
+                 device: Any = None) -> None:  # fmt: skip
+        super().__init__(dim, preset=preset, axes_dim=axes_dim, base=base, axes_base=axes_base,
+                         device=device)  # fmt: skip
         self.patch_size, self.wan, self.compat = tuple(patch), wan, compat
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VideoRope:
@@ -165,5 +168,73 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
                  "(720p, 129 frames)")  # fmt: skip
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope)
+class CosmosRope(VideoRope):
+    """The stand-in for diffusers' ``CosmosRotaryPosEmbed``: ``forward(hidden_states,
+    fps=None)``, ``(cos, sin)`` ``[S, D]`` float32 (diffusers' dtype, whatever ``.to()``
+    says), a video's frames at ``i * base_fps / fps``."""
+
+    def __init__(self, dim: int, patch: tuple[int, int, int], axes: tuple[int, ...],
+                 bases: tuple[float, ...], base_fps: float, *, compat: str | None = None,
+                 device: Any = None) -> None:  # fmt: skip
+        super().__init__("cosmos", dim, patch, wan=False, compat=compat, axes_dim=axes,
+                         axes_base=bases, device=device)  # fmt: skip
+        self.base_fps = base_fps
+
+    def forward(self, hidden_states: Tensor, fps: float | None = None) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        """``(cos, sin)`` of every token of the latents' patched grid."""
+        shape = self.grid(hidden_states)
+        step = 1.0 if fps is None else self.base_fps / fps
+        if self.compat is None and step == 1.0:
+            cos, sin = AxialRotaryEmbedding.forward(self, shape, dtype=torch.float32)
+        else:
+            r = self.rotary
+            cos, sin = rope_grid(shape, self.dim, preset="cosmos", axes_dim=r.axes_dim,
+                                 axes_base=r.axes_base, step=(step, 1.0, 1.0),
+                                 dtype=torch.float32, device=self._device,
+                                 compat=self.compat)  # fmt: skip
+        return cos.to(hidden_states.device), sin.to(hidden_states.device)
+
+
+def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Cosmos's rotary module (float32, per-axis NTK bases), measured over 121 frames of a
+    704 x 1280 video at 30 fps and as an image, one axis at a time."""
+    name = type(module).__name__
+    if not (name == "CosmosRotaryPosEmbed" and _df(module)):
+        return None
+    m: Any = module
+    try:
+        axes = (int(m.dim_t), int(m.dim_h), int(m.dim_w))
+        ntk = (float(m.t_ntk_factor), float(m.h_ntk_factor), float(m.w_ntk_factor))
+        patch, base_fps, largest = tuple(m.patch_size), float(m.base_fps), max(m.max_size)
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the attributes of diffusers' "
+                          "CosmosRotaryPosEmbed")  # fmt: skip
+    bases = tuple(10000.0 * f for f in ntk)  # diffusers' own float: 10000.0 * factor
+
+    def build(compat: str | None) -> nn.Module | str:
+        if compat is not None and base_fps != original.COSMOS_FPS:
+            return (f"compat='original': posenc replays base_fps {original.COSMOS_FPS}, not "
+                    f"{base_fps:g}")  # fmt: skip
+        try:
+            return CosmosRope(sum(axes), patch, axes, bases, base_fps,
+                              compat=None if compat is None else "diffusers")  # fmt: skip
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    p_t, p_h, p_w = patch
+    n = min(largest, 121)
+    probes = [(torch.zeros(1, 1, n * p_t, p_h, p_w), fps) for fps in (None, 30)]
+    probes += [(torch.zeros(1, 1, p_t, min(largest, 88) * p_h, p_w), None),
+               (torch.zeros(1, 1, p_t, p_h, min(largest, 160) * p_w), None)]  # fmt: skip
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [t for x, fps in probes for t in mod(x, fps=fps)]
+
+    return Found(name, f"AxialRotaryEmbedding({sum(axes)}, preset='cosmos', axes_dim={axes})",
+                 build, numbers=lambda: run(module), probe=run,
+                 note="max diff over the frames of 121 (as an image and at 30 fps), 88 rows, "
+                 "160 columns")  # fmt: skip
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope, cosmos_rope)
 """The video rotary recognisers (asked before diffusers' catch-all ``others``)."""

@@ -36,7 +36,7 @@ class AxialRotaryEmbedding(_Tracked):
         preset: an image or video family (``wan``, ``hunyuan-video``, ``cogvideox``,
             ``hunyuan-dit``, ``flux``, …), as in :func:`posenc.rope_grid`; keywords given
             beside it replace the preset's.
-        base, layout, axes_dim, axes_scale, block_axes, start, step: as in
+        base, layout, axes_dim, axes_scale, axes_base, block_axes, start, step: as in
             :func:`posenc.rope_grid` (``start`` and ``step`` per grid axis).
         cached_length: rows kept per block (a grid axis longer than this is computed per
             call). A preset whose positions follow the grid's size (DINOv3's centred
@@ -60,6 +60,7 @@ class AxialRotaryEmbedding(_Tracked):
         layout: str | None = None,
         axes_dim: tuple[int, ...] | None = None,
         axes_scale: tuple[float, ...] | None = None,
+        axes_base: tuple[float, ...] | None = None,
         block_axes: tuple[int, ...] | None = None,
         start: float | Sequence[float] | None = None,
         step: float | Sequence[float] | None = None,
@@ -68,7 +69,7 @@ class AxialRotaryEmbedding(_Tracked):
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
         r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
-                   axes_scale=axes_scale)  # fmt: skip
+                   axes_scale=axes_scale, axes_base=axes_base)  # fmt: skip
         if r.axes_dim is None:
             raise PosencError(
                 "`AxialRotaryEmbedding` needs one block per grid axis: pass `axes_dim` or an "
@@ -83,10 +84,12 @@ class AxialRotaryEmbedding(_Tracked):
         self.step = per_axis("step", step, k, 1.0)
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
         scales = r.axes_scale or (1.0,) * k
+        bases = r.axes_base or (r.base,) * k
         self._plans = [  # each block alone: one column per frequency, [cos | sin]
-            dataclasses.replace(r, dim=d, axes_dim=(d,), axes_scale=(s,), layout="compact")
+            dataclasses.replace(r, dim=d, axes_dim=(d,), axes_scale=(s,), axes_base=(b,),
+                                layout="compact")
             .plan(None, f"AxialRotaryEmbedding({r.dim}, axes_dim={r.axes_dim})")
-            for d, s in zip(r.axes_dim, scales, strict=True)
+            for d, s, b in zip(r.axes_dim, scales, bases, strict=True)
         ]  # fmt: skip
         self._kept = [
             KeptRows(self.cached_length, self._block_rows(a)) for a in range(k)
@@ -126,6 +129,7 @@ class AxialRotaryEmbedding(_Tracked):
             r = self.rotary
             return rope_grid(tuple(shape), r.dim, preset=self.preset, base=r.base,
                              layout=r.layout, axes_dim=r.axes_dim, axes_scale=r.axes_scale,
+                             axes_base=r.axes_base,
                              dtype=dtype, device=self._device)  # fmt: skip
         r, nf = self.rotary, self.rotary.dim // 2
         out = [torch.empty(*shape, r.width, dtype=dtype, device=self._device) for _ in (0, 1)]

@@ -35,6 +35,22 @@ def _cogvideox(dim: int, base: float) -> dict[str, Any]:
     return _split("cogvideox", dim, rule, (dim // 4, dim // 8 * 3, dim // 8 * 3))
 
 
+COSMOS_SCALE = (2.0, 1.0, 1.0)
+"""Cosmos-1's default ``rope_scale`` (t, h, w): the NTK factors of its per-axis bases."""
+
+
+def cosmos_bases(axes: tuple[int, ...], base: float, scale: tuple[float, ...]) -> tuple[float, ...]:
+    """Cosmos's per-axis bases ``base * s_a ** (d_a / (d_a - 2))``, in its own order of
+    operations (so ``compat="diffusers"`` starts from the same floats)."""
+    return tuple(base * (s ** (d / (d - 2))) for d, s in zip(axes, scale, strict=True))
+
+
+def _cosmos(dim: int, base: float) -> dict[str, Any]:
+    side = dim // 6 * 2
+    axes = _split("cosmos", dim, "h = w = dim // 6 * 2, t the rest", (dim - 2 * side, side, side))
+    return {**axes, "axes_base": cosmos_bases(axes["axes_dim"], base, COSMOS_SCALE)}
+
+
 def two_blocks(name: str) -> Any:
     """``(dim, base) -> {"axes_dim": (dim / 2, dim / 2)}``: two axes, ``dim / 4`` frequencies
     each (the 2D families), or the error naming the rule when ``dim`` is not a multiple of 4."""
@@ -85,6 +101,20 @@ VISION_PRESETS: dict[str, RotaryPreset] = {
             "float32 in diffusers; CogVideoX 1.0 crops its grid into 45 x 30 (fractional "
             "positions: rope_grid's crop=), 1.5 uses integer positions",
             axial=_cogvideox,
+            originals=("diffusers",),
+        ),
+        RotaryPreset(
+            "cosmos",
+            "diffusers CosmosRotaryPosEmbed (Cosmos-1 diffusion world models)",
+            "3D axial, [t | h | w] blocks (h = w = 2 (d // 6)) in halves over the whole head, "
+            "per-axis NTK bases 10000 * s ** (d_a / (d_a - 2)), rope_scale s = (2, 1, 1)",
+            128,
+            {"base": 10000.0, "layout": "halves"},
+            "a video's frames sit at i * 24 / fps (rope_grid's step for the first axis: "
+            "24 / fps), an image's at i; another rope_scale is axes_base=(10000 * s_t ** (d_t "
+            "/ (d_t - 2)), …) (posenc.torch.patch reads the module's own); diffusers computes "
+            "in float32 (2.6e-6 off at 704 x 1280, 121 frames)",
+            axial=_cosmos,
             originals=("diffusers",),
         ),
         RotaryPreset(
