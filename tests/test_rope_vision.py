@@ -380,3 +380,21 @@ def test_cosmos(dims, fps):
     exact = posenc.rope_grid(dims, 128, preset="cosmos", step=step)
     for g, w in zip(exact, (np.cos(theta), np.sin(theta)), strict=True):
         assert_exact(g, w)
+
+
+@pytest.mark.parametrize("fhw", [(1, 83, 83), (1, 64, 48), (1, 7, 5), (3, 4, 6)])
+def test_qwen_image(fhw):
+    """Qwen-Image: complex64 tables (the compact layout as torch.complex), rows and columns
+    centred on 0 (1328 x 1328: 83 x 83 patches)."""
+    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+    module = QwenEmbedRope(10000, [16, 56, 56], scale_rope=True)
+    video, _ = module([fhw], device=torch.device("cpu"), max_txt_seq_len=4)
+    cos, sin = posenc.rope_grid(fhw, 128, preset="qwen-image", layout="compact",
+                                compat="diffusers", dtype=torch.float32)  # fmt: skip
+    assert torch.equal(torch.complex(cos, sin), video)
+    f, h, w = fhw
+    positions = [np.arange(f), np.arange(h) - (h - h // 2), np.arange(w) - (w - w // 2)]
+    ref = reference(fhw, (16, 56, 56), 1e4, (0, 1, 2), positions)
+    for got, want in zip(posenc.rope_grid(fhw, 128, preset="qwen-image"), ref, strict=True):
+        assert_exact(got, want)

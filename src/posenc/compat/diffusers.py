@@ -183,6 +183,45 @@ def _cosmos(
     return torch.cos(angles), torch.sin(angles)
 
 
+QWEN_ROWS = 4096
+"""QwenEmbedRope's tables: positions ``-4096 … 4095``."""
+
+
+def qwen_image_rows(pos: torch.Tensor, dim: int, theta: float) -> torch.Tensor:
+    """``QwenEmbedRope.rope_params(index, dim, theta)``: complex64 ``[n, dim / 2]``, the
+    integer positions times float32 inverse frequencies, then ``polar``."""
+    inv = 1.0 / torch.pow(
+        theta, torch.arange(0, dim, 2, device=pos.device).to(torch.float32).div(dim)
+    )
+    freqs = torch.outer(pos, inv)
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def _qwen_image(
+    dims: Sequence[int], r: Any, starts: Sequence[float], steps: Sequence[float], device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``QwenEmbedRope``'s video table of one image: per axis the rows of its integer
+    positions (within ``-4096 … 4095``), broadcast, concatenated, as cos and sin."""
+    parts = []
+    for a, (d, n, s0, st) in enumerate(zip(r.axes_dim, dims, starts, steps, strict=True)):
+        if st != 1.0 or s0 != int(s0) or not -QWEN_ROWS <= s0 <= s0 + n - 1 < QWEN_ROWS:
+            raise PosencError(
+                f"`compat='diffusers'`: qwen-image's tables hold the integers -4096 … 4095; "
+                f"axis {a} asks for {s0:g} + i * {st:g}, i < {n}"
+            )
+        rows = qwen_image_rows(torch.arange(int(s0), int(s0) + n, device=device), d, r.base)
+        shape = [1] * len(dims) + [d // 2]
+        shape[a] = n
+        parts.append(rows.reshape(shape).expand(*dims, d // 2))
+    table = torch.cat(parts, dim=-1).reshape(math.prod(dims), -1)
+    cos, sin = table.real, table.imag
+    if r.layout == "interleaved":
+        return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+    if r.layout == "halves":
+        return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
+    return cos.contiguous(), sin.contiguous()
+
+
 def rotary_grid(
     family: str,
     compat: str,
@@ -202,7 +241,8 @@ def rotary_grid(
     ``HunyuanVideoRotaryPosEmbed`` (float32), ``get_3d_rotary_pos_embed`` (CogVideoX: crop
     ``linspace`` or integer ``slice`` grids, float32, the time axis integer) and
     ``get_2d_rotary_pos_embed`` (HunyuanDiT: crop ``linspace``, column block first, float32),
-    ``CosmosRotaryPosEmbed`` (float32, per-axis bases, halves; ``step[0] = 24 / fps``).
+    ``CosmosRotaryPosEmbed`` (float32, per-axis bases, halves; ``step[0] = 24 / fps``),
+    ``QwenEmbedRope`` (complex64 rows of integer positions, centred or not).
     Per block, ``get_1d_rotary_pos_embed`` at the positions the family builds, broadcast to
     the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
     NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
@@ -212,8 +252,9 @@ def rotary_grid(
         isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
     )
     out = compat_dtype(dtype, torch.float32)
-    if family == "cosmos":
-        pair = _cosmos(dims, r, starts, steps, work)
+    if family in ("cosmos", "qwen-image"):
+        replay = _cosmos if family == "cosmos" else _qwen_image
+        pair = replay(dims, r, starts, steps, work)
         return compat_out(tuple(t.to(out) for t in pair), numpy_out=not torch_out)
     wide = torch.float64 if family == "wan" and compat == "diffusers" else torch.float32
     k = len(dims)

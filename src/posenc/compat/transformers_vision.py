@@ -24,12 +24,76 @@ from posenc.evaluate.libs.torch import compat_dtype, compat_out
 from posenc.spec.presets.vision import centred
 
 Tables = tuple[torch.Tensor, torch.Tensor]
+Replay = Callable[[Sequence[int], int, float, float, Any], Tables]
+"""``(dims, dim, base, step, device) -> (cos, sin)``: ``step`` is SAM 3's id scale (1 for the
+others, whose positions are fixed)."""
 
 
-def _inv_freq(base: float, spatial: int) -> torch.Tensor:
+def _ladder(base: float, spatial: int) -> torch.Tensor:
     """``compute_axial_rope_parameters`` of Qwen2-VL's vision tower and SAM 2: ``1.0 / (base **
-    (arange(0, spatial, 2, float) / spatial))`` with ``spatial = dim // 2``."""
+    (arange(0, spatial, 2, float) / spatial))``."""
     return 1.0 / (base ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial))
+
+
+def inv_freq(family: str, dim: int, base: float) -> torch.Tensor:
+    """The float32 inverse frequencies a family's module keeps in its ``inv_freq`` buffer (on
+    the CPU): Pixtral's one ladder split by parity, DINOv3's ``1 / base ** arange(0, 1, 4 /
+    dim)``, the others' ladder over ``dim / 2``."""
+    if family == "pixtral":
+        ladder = _ladder(base, dim)
+        return torch.cat([ladder[0::2], ladder[1::2]])
+    if family == "dinov3":
+        return 1 / base ** torch.arange(0, 1, 4 / dim, dtype=torch.float32)
+    return _ladder(base, dim // 2)
+
+
+def ids_tables(family: str, ids: torch.Tensor, inv: torch.Tensor) -> Tables:
+    """The module's ``forward(x, position_ids)`` at ``[N, 2]`` ids (Qwen2-VL's and Pixtral's
+    (row, column); SAM 2's and SAM 3's (column, row)): ``ids.float() * inv_freq``, cos and
+    sin, placed as the family places them (halves: Qwen2-VL, Pixtral; interleaved: SAM)."""
+    freqs = ids[..., None].float() * inv.to(device=ids.device, dtype=torch.float)
+
+    def recompose(f: torch.Tensor) -> torch.Tensor:
+        if family == "pixtral":  # the row takes the even frequencies, the column the odd
+            f = torch.stack([m[:, i % 2] for i, m in enumerate(f.chunk(2, dim=-1))], dim=1)
+        both = torch.cat([f[:, 0], f[:, 1]], dim=-1)
+        if family in ("sam2", "sam3-vit"):
+            return both.repeat_interleave(2, dim=-1)
+        return torch.cat([both, both], dim=-1)
+
+    return recompose(freqs.cos()), recompose(freqs.sin())
+
+
+def dinov3_coords(h: int, w: int, device: Any) -> torch.Tensor:
+    """``get_patches_center_coordinates``: the ``[h * w, 2]`` patch centres in ``[-1, 1]``."""
+    coords_h = torch.arange(0.5, h, dtype=torch.float32, device=device) / h
+    coords_w = torch.arange(0.5, w, dtype=torch.float32, device=device) / w
+    coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1).flatten(0, 1)
+    return 2.0 * coords - 1.0
+
+
+def dinov3_augment(coords: torch.Tensor, shift: Any, jitter: Any, rescale: Any) -> torch.Tensor:
+    """``augment_patches_center_coordinates`` (training): the same draws, in the same order,
+    from the same generator."""
+    if shift is not None:
+        shift_hw = torch.empty((1, 2), device=coords.device, dtype=coords.dtype)
+        coords = coords + shift_hw.uniform_(-shift, shift)
+    if jitter is not None:
+        r = float(math.log(jitter))
+        jitter_hw = torch.empty((1, 2), device=coords.device, dtype=coords.dtype)
+        coords = coords * jitter_hw.uniform_(-r, r).exp()
+    if rescale is not None:
+        r = float(math.log(rescale))
+        rescale_hw = torch.empty(1, device=coords.device, dtype=coords.dtype)
+        coords = coords * rescale_hw.uniform_(-r, r).exp()
+    return coords
+
+
+def dinov3_tables(coords: torch.Tensor, inv: torch.Tensor) -> Tables:
+    """``2 * pi * c * inv_freq``, ``[y | x]`` tiled twice (halves), cos and sin."""
+    angles = 2 * math.pi * coords[:, :, None] * inv.to(coords.device)[None, None, :]
+    angles = angles.flatten(1, 2).tile(2)
+    return torch.cos(angles), torch.sin(angles)
 
 
 def _row_major_ids(h: int, w: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,81 +105,32 @@ def _row_major_ids(h: int, w: int, device: torch.device) -> tuple[torch.Tensor, 
     return rows.flatten(), cols.flatten()
 
 
-def _pixtral(
-    dims: Sequence[int], dim: int, base: float, step: float, device: torch.device
-) -> Tables:
-    """``PixtralVisionRotaryEmbedding(x, position_ids)`` for one image: ``[N, dim]`` halves."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-    inv_freq_2d = torch.cat([inv_freq[0::2], inv_freq[1::2]]).to(device)
-    rows, cols = _row_major_ids(dims[0], dims[1], device)
-    ids = torch.stack([rows, cols], dim=-1)
-    freqs = ids[..., None].float() * inv_freq_2d.to(dtype=torch.float)
+def _rows_first(family: str) -> Replay:
+    """Qwen2-VL's and Pixtral's tables of one image: row-major (row, column) ids."""
 
-    def recompose(f: torch.Tensor) -> torch.Tensor:
-        freq_h, freq_w = (m[:, i % 2] for i, m in enumerate(f.chunk(2, dim=-1)))
-        hw = torch.cat([freq_h, freq_w], dim=-1)
-        return torch.cat([hw, hw], dim=-1)
+    def replay(dims: Sequence[int], dim: int, base: float, step: float, device: Any) -> Tables:
+        rows, cols = _row_major_ids(dims[0], dims[1], device)
+        return ids_tables(family, torch.stack([rows, cols], dim=-1), inv_freq(family, dim, base))
 
-    return recompose(freqs.cos()), recompose(freqs.sin())
+    return replay
 
 
-def _qwen2_vl(
-    dims: Sequence[int], dim: int, base: float, step: float, device: torch.device
-) -> Tables:
-    """``Qwen2VLVisionRotaryEmbedding(x, position_ids)`` at row-major (row, column) ids."""
-    inv_freq = _inv_freq(base, dim // 2).to(device)
-    rows, cols = _row_major_ids(dims[0], dims[1], device)
-    freqs = torch.stack([rows, cols], dim=-1)[..., None].float() * inv_freq.to(dtype=torch.float)
+def _columns_first(family: str) -> Replay:
+    """SAM 2's and SAM 3's tables at ``precompute_positions``' (column, row) ids (SAM 3's int64
+    ids times the Python float ``window_size / columns``, float32)."""
 
-    def recompose(f: torch.Tensor) -> torch.Tensor:
-        hw = torch.cat([f[:, 0], f[:, 1]], dim=-1)
-        return torch.cat([hw, hw], dim=-1)
+    def replay(dims: Sequence[int], dim: int, base: float, step: float, device: Any) -> Tables:
+        rows, cols = _row_major_ids(dims[0], dims[1], device)
+        ids = torch.stack([cols, rows], dim=-1)
+        ids = ids * step if family == "sam3-vit" else ids
+        return ids_tables(family, ids, inv_freq(family, dim, base))
 
-    return recompose(freqs.cos()), recompose(freqs.sin())
+    return replay
 
 
-def _dinov3(
-    dims: Sequence[int], dim: int, base: float, step: float, device: torch.device
-) -> Tables:
-    """``DINOv3ViTRopePositionEmbedding(pixel_values)`` in eval mode: the patch centres of
-    ``get_patches_center_coordinates``, ``2 * pi * c * inv_freq``, ``[y | x]`` tiled twice."""
-    inv_freq = (1 / base ** torch.arange(0, 1, 4 / dim, dtype=torch.float32)).to(device)
-    h, w = dims
-    coords_h = torch.arange(0.5, h, dtype=torch.float32, device=device) / h
-    coords_w = torch.arange(0.5, w, dtype=torch.float32, device=device) / w
-    coords = torch.stack(torch.meshgrid(coords_h, coords_w, indexing="ij"), dim=-1).flatten(0, 1)
-    coords = 2.0 * coords - 1.0
-    angles = 2 * math.pi * coords[:, :, None] * inv_freq[None, None, :]
-    angles = angles.flatten(1, 2).tile(2)
-    return torch.cos(angles), torch.sin(angles)
-
-
-def _sam2(dims: Sequence[int], dim: int, base: float, step: float, device: torch.device) -> Tables:
-    """``Sam2VideoVisionRotaryEmbedding(x, position_ids)`` at ``precompute_positions``' (column,
-    row) ids: ``[column | row]``, each frequency's column repeated in place."""
-    inv_freq = _inv_freq(base, dim // 2).to(device)
-    rows, cols = _row_major_ids(dims[0], dims[1], device)
-    freqs = torch.stack([cols, rows], dim=-1)[..., None].float() * inv_freq.to(dtype=torch.float)
-
-    def recompose(f: torch.Tensor) -> torch.Tensor:
-        return torch.cat([f[:, 0], f[:, 1]], dim=-1).repeat_interleave(2, dim=-1)
-
-    return recompose(freqs.cos()), recompose(freqs.sin())
-
-
-def _sam3(dims: Sequence[int], dim: int, base: float, step: float, device: torch.device) -> Tables:
-    """``Sam3ViTRotaryEmbedding(x, position_ids)`` at ``precompute_positions``' ids: (column,
-    row) int64 times the Python float ``window_size / columns`` (float32), then SAM 2's
-    layout."""
-    rows, cols = _row_major_ids(dims[0], dims[1], device)
-    ids = torch.stack([cols, rows], dim=-1) * step
-    inv_freq = _inv_freq(base, dim // 2).to(device)
-    freqs = ids[..., None].float() * inv_freq.to(dtype=torch.float)
-
-    def recompose(f: torch.Tensor) -> torch.Tensor:
-        return torch.cat([f[:, 0], f[:, 1]], dim=-1).repeat_interleave(2, dim=-1)
-
-    return recompose(freqs.cos()), recompose(freqs.sin())
+def _dinov3(dims: Sequence[int], dim: int, base: float, step: float, device: Any) -> Tables:
+    """``DINOv3ViTRopePositionEmbedding(pixel_values)`` in eval mode."""
+    return dinov3_tables(dinov3_coords(dims[0], dims[1], device), inv_freq("dinov3", dim, base))
 
 
 def _llama4(
@@ -145,16 +160,12 @@ def _llama4(
     return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
 
 
-Replay = Callable[[Sequence[int], int, float, float, torch.device], Tables]
-"""``(dims, dim, base, step, device) -> (cos, sin)``: ``step`` is SAM 3's id scale (1 for the
-others, whose positions are fixed)."""
-
 FAMILIES: dict[str, tuple[Replay, str, tuple[int, ...]]] = {
-    "qwen2-vl-vision": (_qwen2_vl, "halves", (0, 1)),
-    "pixtral": (_pixtral, "halves", (0, 1)),
+    "qwen2-vl-vision": (_rows_first("qwen2-vl-vision"), "halves", (0, 1)),
+    "pixtral": (_rows_first("pixtral"), "halves", (0, 1)),
     "dinov3": (_dinov3, "halves", (0, 1)),
-    "sam2": (_sam2, "interleaved", (1, 0)),
-    "sam3-vit": (_sam3, "interleaved", (1, 0)),
+    "sam2": (_columns_first("sam2"), "interleaved", (1, 0)),
+    "sam3-vit": (_columns_first("sam3-vit"), "interleaved", (1, 0)),
     "llama4-vision": (_llama4, "interleaved", (1, 0)),
 }
 """Each family's replay, layout and block order (the grid axis each block encodes)."""

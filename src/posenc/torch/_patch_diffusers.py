@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from posenc.api.rope import rope
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
-from posenc.torch import _patch_video
+from posenc.torch import _patch_diffusers_rope
 from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
     LEARNED,
@@ -69,7 +69,8 @@ class DiffusersTimesteps(Timesteps):
 
 
 def timesteps(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """diffusers' ``Timesteps``, measured at timesteps ``0, 1/8, … 999.875`` (float32)."""
+    """diffusers' ``Timesteps``, measured at 8000 timesteps over ``[0, 1000)`` (float32), or
+    over ``[0, 1)`` where its ``scale`` turns flow sigmas into timesteps (``scale >= 1000``)."""
     name = type(module).__name__
     if not (name == "Timesteps" and _df(module)):
         return None
@@ -86,14 +87,17 @@ def timesteps(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         except PosencError as err:
             return f"not covered: {err}"
 
-    t = torch.arange(8000, dtype=torch.float32) / 8
+    # the timesteps the model is fed: 0 … 1000, or flow sigmas 0 … 1 where it scales them
+    # by 1000 itself (Qwen-Image, SANA)
+    top = 1.0 if float(scale) >= 1000 else 1000.0
+    t = torch.arange(8000, dtype=torch.float32) * (top / 8000)
     return Found(
         name,
         f"Timesteps({dim}, flip_sin_to_cos={flip}, downscale_freq_shift={shift}, scale={scale})",
         build,
         numbers=lambda: [module(t)],
         probe=lambda new: [new(t)],
-        note="max diff over timesteps 0 … 999.875 (steps of 1/8)",
+        note=f"max diff over timesteps 0 … {float(t[-1]):g} (8000 steps)",
     )
 
 
@@ -346,5 +350,5 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (timesteps, patch_embed, flux_rope,
-                                        *_patch_video.RECOGNISERS, others)  # fmt: skip
+                                        *_patch_diffusers_rope.RECOGNISERS, others)  # fmt: skip
 """The diffusers recognisers, in the order they are asked (the first answer wins)."""

@@ -84,8 +84,9 @@ class TimmRope:
         if self.kind == DINOV3:
             dims = {"separate": (h, w), "max": (max(h, w),) * 2, "min": (min(h, w),) * 2}
             denoms = dims[self.normalize_coords]
-            steps = tuple(2.0 / d for d in denoms)
-            starts = tuple((0.5 + self.grid_offset) * s - 1.0 for s in steps)
+            steps = tuple(2.0 / d for d in denoms)  # ((i + 0.5 + offset) / d) * 2 - 1:
+            starts = tuple((0.5 + self.grid_offset - d / 2) * s  # a middle patch at exactly 0
+                           for d, s in zip(denoms, steps, strict=True))  # fmt: skip
         elif self.ref_feat_shape is None:
             steps, starts = (1.0, 1.0), (self.grid_offset,) * 2
         else:
@@ -190,9 +191,8 @@ class TimmRotaryEmbedding(_Tracked):
             raise PosencError(f"timm's rotary tables are of 2D grids, got shape {tuple(shape)}")
         if self.compat:
             return self._replayed(shape, dtype, self._device)
-        with torch.autocast(self._device.type, enabled=False):
-            cos, sin = rope_grid(tuple(int(s) for s in shape), self.dim, dtype=dtype,
-                                 device=self._device, **self.rope.grid_options(shape))  # fmt: skip
+        cos, sin = rope_grid(tuple(int(s) for s in shape), self.dim, dtype=dtype,
+                             device=self._device, **self.rope.grid_options(shape))  # fmt: skip
         return sin, cos
 
     def _cached(self) -> tuple[Tensor, ...]:

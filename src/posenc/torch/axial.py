@@ -36,8 +36,14 @@ class AxialRotaryEmbedding(_Tracked):
         preset: an image or video family (``wan``, ``hunyuan-video``, ``cogvideox``,
             ``hunyuan-dit``, ``flux``, …), as in :func:`posenc.rope_grid`; keywords given
             beside it replace the preset's.
-        base, layout, axes_dim, axes_scale, axes_base, block_axes, start, step: as in
-            :func:`posenc.rope_grid` (``start`` and ``step`` per grid axis).
+        base: as in :func:`posenc.rope_grid`.
+        layout: as in :func:`posenc.rope_grid`.
+        axes_dim: as in :func:`posenc.rope_grid`.
+        axes_scale: as in :func:`posenc.rope_grid`.
+        axes_base: as in :func:`posenc.rope_grid`.
+        block_axes: as in :func:`posenc.rope_grid`.
+        start: each grid axis's first position, as in :func:`posenc.rope_grid`.
+        step: each grid axis's step, as in :func:`posenc.rope_grid`.
         cached_length: rows kept per block (a grid axis longer than this is computed per
             call). A preset whose positions follow the grid's size (DINOv3's centred
             coordinates) keeps no rows: each call computes its table.

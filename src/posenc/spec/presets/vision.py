@@ -51,6 +51,12 @@ def _cosmos(dim: int, base: float) -> dict[str, Any]:
     return {**axes, "axes_base": cosmos_bases(axes["axes_dim"], base, COSMOS_SCALE)}
 
 
+def qwen_image_positions(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """Qwen-Image's ``scale_rope`` coordinates: frames from 0, rows and columns centred,
+    ``-(n - n // 2) … n // 2 - 1``."""
+    return [0.0, *(-float(n - n // 2) for n in dims[1:])], [1.0] * len(dims)
+
+
 def two_blocks(name: str) -> Any:
     """``(dim, base) -> {"axes_dim": (dim / 2, dim / 2)}``: two axes, ``dim / 4`` frequencies
     each (the 2D families), or the error naming the rule when ``dim`` is not a multiple of 4."""
@@ -115,6 +121,22 @@ VISION_PRESETS: dict[str, RotaryPreset] = {
             "/ (d_t - 2)), …) (posenc.torch.patch reads the module's own); diffusers computes "
             "in float32 (2.6e-6 off at 704 x 1280, 121 frames)",
             axial=_cosmos,
+            originals=("diffusers",),
+        ),
+        RotaryPreset(
+            "qwen-image",
+            "diffusers QwenEmbedRope(theta=10000, axes_dim=(16, 56, 56), scale_rope=True) "
+            "(Qwen-Image, Qwen-Image-Edit, NucleusMoE-Image)",
+            "3D axial, [t | h | w] blocks of 16, 56, 56, pairs (2i, 2i+1) (complex), base "
+            "10000, rows and columns centred on 0",
+            128,
+            {"base": 10000.0, "layout": "interleaved", "axes_dim": (16, 56, 56)},
+            "diffusers keeps complex64 tables (layout='compact' and torch.complex(cos, sin) "
+            "give them), float32 angles (1.9e-6 off at 1328 x 1328, 2.5e-4 at row 4095); "
+            "image i of a batch of references starts its frames at i (start=(i, …)); the text "
+            "tokens sit at M + j on all three axes, M = max(H // 2, W // 2) over the images: "
+            "posenc.rope(ids, 128, preset='qwen-image') of those ids; positions stop at +-4096",
+            positions=qwen_image_positions,
             originals=("diffusers",),
         ),
         RotaryPreset(

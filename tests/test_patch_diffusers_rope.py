@@ -1,6 +1,7 @@
-"""posenc.torch.patch on small random-weight diffusers video transformers (Wan, HunyuanVideo;
-configs, no download): compat="original" leaves every output identical (float32, bf16
-autocast, a bf16 model, Wan's float32 tables on an MPS host), the exact patch holds the
+"""posenc.torch.patch on small random-weight diffusers transformers with grid rotary modules
+(Wan, HunyuanVideo, Cosmos, Qwen-Image; configs, no download): compat="original" leaves every
+output identical (float32, bf16 autocast, a bf16 model, Wan's float32 tables on an MPS host,
+other grid sizes, Cosmos at any fps, Qwen-Image edits), the exact patch holds the
 float64 tables rounded once and moves the outputs by float32 noise, the original checkpoint
 loads with strict=True, the report names the rotary module, and patching twice is a no-op."""
 
@@ -177,3 +178,41 @@ def test_cosmos_images_and_videos_at_any_fps():
         theta = np.concatenate(parts * 2, axis=1)
         for g, w in zip(got, (np.cos(theta), np.sin(theta)), strict=True):
             np.testing.assert_array_less(np.abs(g.double().numpy() - w), 6e-8 * np.abs(w) + 1e-38)
+
+
+def test_qwen_image():
+    torch.manual_seed(0)
+    model = diffusers.QwenImageTransformer2DModel(
+        patch_size=2, in_channels=16, out_channels=4, num_layers=1, attention_head_dim=128,
+        num_attention_heads=1, joint_attention_dim=16,
+        axes_dims_rope=(16, 56, 56)).eval()  # fmt: skip
+
+    def inputs(shapes, text=7):
+        torch.manual_seed(1)
+        tokens = sum(f * h * w for f, h, w in shapes)
+        return {"hidden_states": torch.randn(1, tokens, 16),
+                "encoder_hidden_states": torch.randn(1, text, 16),
+                "encoder_hidden_states_mask": torch.ones(1, text),
+                "timestep": torch.tensor([0.5]), "img_shapes": [list(shapes)]}  # fmt: skip
+
+    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
+    rows = {r.path: r for r in patch(compat, compat="original").replaced}
+    assert rows["pos_embed"].original == "QwenEmbedRope"
+    assert rows["pos_embed"].max_diff > 1e-5  # float32 angles at text rows near 1065
+    patch(exact)
+    for shapes in ([(1, 6, 10)], [(1, 5, 7), (1, 4, 4)]):  # an edit: a second image at t = 1
+        x = inputs(shapes)
+        assert torch.equal(_out(compat, x), _out(model, x))
+        torch.testing.assert_close(_out(exact, x), _out(model, x), rtol=0, atol=1e-4)
+    video, text = exact.pos_embed([(1, 83, 83)], device=torch.device("cpu"), max_txt_seq_len=9)
+    m = 83 // 2
+    side = np.arange(83) - 42  # centred: -42 … 40
+    image = np.stack(np.meshgrid([0], side, side, indexing="ij"), -1).reshape(-1, 3)
+    ids = np.concatenate([image, np.repeat(np.arange(m, m + 9)[:, None], 3, 1)])
+    theta = np.concatenate([ids[:, [a]] * 1e4 ** (-np.arange(0, d, 2) / d)
+                            for a, d in enumerate((16, 56, 56))], axis=1)  # fmt: skip
+    got = torch.cat([video, text]).numpy()
+    for part, want in ((got.real, np.cos(theta)), (got.imag, np.sin(theta))):
+        np.testing.assert_array_less(np.abs(part - want), 6e-8 * np.abs(want) + 1e-38)
+    exact.load_state_dict(model.state_dict(), strict=True)
+    assert len(patch(exact)) == 0

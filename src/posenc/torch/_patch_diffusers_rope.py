@@ -1,7 +1,7 @@
-"""The recognisers of diffusers' video rotary modules for :func:`posenc.torch.patch`: Wan's
+"""The recognisers of diffusers' grid rotary modules for :func:`posenc.torch.patch`: Wan's
 ``WanRotaryPosEmbed`` (Wan 2.1/2.2, Sana-Video, Wan-Animate; SkyReels-V2's copy),
-``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5) and ``CosmosRotaryPosEmbed`` (Cosmos-1),
-with their stand-ins: an
+``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5), ``CosmosRotaryPosEmbed`` (Cosmos-1) and
+``QwenEmbedRope`` (Qwen-Image), with their stand-ins: an
 :class:`~posenc.torch.axial.AxialRotaryEmbedding` called as the original is, on the latents
 ``[B, C, F, H, W]``, exact; or, with ``compat="original"``, diffusers' own tables
 (:func:`posenc.compat.diffusers.rotary_grid`).
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from posenc.api.rope import rope
 from posenc.api.rope_grid import rope_grid
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
@@ -236,5 +237,82 @@ def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
                  "160 columns")  # fmt: skip
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope, cosmos_rope)
+class QwenImageRope(nn.Module):
+    """The stand-in for diffusers' ``QwenEmbedRope``: ``forward(video_fhw, device,
+    max_txt_seq_len)`` -> ``(video, text)`` complex64 tables ``[S, 64]``, ``[L, 64]``: image
+    ``i`` of ``video_fhw`` at frames from ``i``, rows and columns centred (``scale_rope``) or
+    from 0; the text at ``M + j`` on every axis, ``M`` the images' largest half-side (side)."""
+
+    def __init__(self, theta: float, axes_dim: tuple[int, ...], scale_rope: bool,
+                 compat: str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.theta, self.axes_dim, self.scale_rope = theta, tuple(axes_dim), scale_rope
+        self.compat = compat
+
+    def _table(self, shape: tuple[int, ...], start: tuple[float, ...], device: Any) -> Tensor:
+        cos, sin = rope_grid(shape, sum(self.axes_dim), preset="qwen-image", base=self.theta,
+                             axes_dim=self.axes_dim, layout="compact", start=start,
+                             compat=self.compat, dtype=torch.float32, device=device)  # fmt: skip
+        return torch.complex(cos, sin)
+
+    def forward(self, video_fhw: Any, device: Any = None, max_txt_seq_len: Any = None
+                ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """The tables of the images of ``video_fhw`` and of ``max_txt_seq_len`` text tokens."""
+        if max_txt_seq_len is None:
+            raise PosencError("`max_txt_seq_len` must be given (QwenEmbedRope's rule)")
+        if isinstance(video_fhw, list):
+            video_fhw = video_fhw[0]
+        shapes = video_fhw if isinstance(video_fhw, list) else [video_fhw]
+        device = torch.device("cpu") if device is None else device
+        tables, largest = [], 0
+        for idx, (f, h, w) in enumerate(shapes):
+            start = (idx, -(h - h // 2), -(w - w // 2)) if self.scale_rope else (idx, 0, 0)
+            tables.append(self._table((f, h, w), tuple(float(v) for v in start), device))
+            largest = max(largest, *((h // 2, w // 2) if self.scale_rope else (h, w)))
+        return torch.cat(tables, dim=0), self._text(largest, int(max_txt_seq_len), device)
+
+    def _text(self, first: int, n: int, device: Any) -> Tensor:
+        """The text tokens' table: positions ``first + j`` on every axis."""
+        pos = torch.arange(first, first + n, device=device)
+        if self.compat is not None:
+            rows = [original.qwen_image_rows(pos, d, self.theta) for d in self.axes_dim]
+            return torch.cat(rows, dim=1)
+        cos, sin = rope(pos[:, None].expand(n, len(self.axes_dim)), sum(self.axes_dim),
+                        base=self.theta, axes_dim=self.axes_dim, layout="compact",
+                        dtype=torch.float32)  # fmt: skip
+        return torch.complex(cos, sin)
+
+    def extra_repr(self) -> str:
+        mode = "" if self.compat is None else f", compat={self.compat!r}"
+        return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{mode}"
+
+
+def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Qwen-Image's rotary module (complex64, float32 angles), measured on a 1328 x 1328
+    image (83 x 83 patches) and 1024 text tokens."""
+    name = type(module).__name__
+    if not (name == "QwenEmbedRope" and _df(module)):
+        return None
+    m: Any = module
+    try:
+        theta, axes, scale = float(m.theta), tuple(int(d) for d in m.axes_dim), bool(m.scale_rope)
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the attributes of diffusers' QwenEmbedRope")
+    if len(axes) != 3:
+        return left_alone(name, f"not covered: axes_dim {axes} is not three axes")
+
+    def build(compat: str | None) -> nn.Module | str:
+        return QwenImageRope(theta, axes, scale, None if compat is None else "diffusers")
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        out = mod([(1, 83, 83)], device=torch.device("cpu"), max_txt_seq_len=1024)
+        return [torch.view_as_real(t) for t in out]
+
+    return Found(name, f"rope_grid(preset='qwen-image', axes_dim={axes})", build,
+                 numbers=lambda: run(module), probe=run,
+                 note="max diff over a 1328 x 1328 image and 1024 text tokens")  # fmt: skip
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope, cosmos_rope,
+                                        qwen_image_rope)  # fmt: skip
 """The video rotary recognisers (asked before diffusers' catch-all ``others``)."""
