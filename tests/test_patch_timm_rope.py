@@ -27,8 +27,8 @@ from timm.layers.pos_embed_sincos import (  # noqa: E402
 )
 
 from posenc.torch import patch  # noqa: E402
-from posenc.torch._timm_rope import TimmRotaryEmbedding  # noqa: E402
 from posenc.torch._patching import LEARNED  # noqa: E402
+from posenc.torch._timm_rope import TimmRotaryEmbedding  # noqa: E402
 
 # each family's tables, from the timm model definitions (timm/models/eva.py): base, the
 # reference grid positions are rescaled to, grid offset, the column block first
