@@ -17,6 +17,7 @@ import posenc
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from posenc.torch import patch  # noqa: E402
+from tests.test_rope_vision import _ltx_reference  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -214,5 +215,46 @@ def test_qwen_image():
     got = torch.cat([video, text]).numpy()
     for part, want in ((got.real, np.cos(theta)), (got.imag, np.sin(theta))):
         np.testing.assert_array_less(np.abs(part - want), 6e-8 * np.abs(want) + 1e-38)
+    exact.load_state_dict(model.state_dict(), strict=True)
+    assert len(patch(exact)) == 0
+
+
+def test_ltx_video():
+    torch.manual_seed(0)
+    model = diffusers.LTXVideoTransformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=48,
+        cross_attention_dim=96, num_layers=1, caption_channels=16).eval()  # fmt: skip
+    f, h, w = 3, 4, 5
+
+    def inputs(**kw):
+        torch.manual_seed(1)
+        return {"hidden_states": torch.randn(1, f * h * w, 4),
+                "encoder_hidden_states": torch.randn(1, 6, 16), "timestep": torch.tensor([500]),
+                "encoder_attention_mask": torch.ones(1, 6), "num_frames": f, "height": h,
+                "width": w, **kw}  # fmt: skip
+
+    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
+    rows = {r.path: r for r in patch(compat, compat="original").replaced}
+    assert rows["rope"].original == "LTXVideoRotaryPosEmbed"
+    assert rows["rope"].max_diff > 1e-4  # float32 angles near pi / 2 * 1e4 at c = 0
+    patch(exact)
+    axes = (torch.arange(f) * 8.0, torch.arange(h) * 32.0, torch.arange(w) * 32.0)
+    coords = torch.stack(torch.meshgrid(*axes, indexing="ij")).flatten(1)[None]  # [1, 3, N]
+    calls = (
+        {"rope_interpolation_scale": (8 / 25, 32, 32)},
+        {"rope_interpolation_scale": (8 / 24, 32, 32)},
+        {"video_coords": coords},
+    )
+    for kw in calls:
+        x = inputs(**kw)
+        assert torch.equal(_out(compat, x), _out(model, x))
+        assert torch.isfinite(_out(exact, x)).all()
+        # the original's tables are 1e-3 off (its float32 angles reach 15708 rad): the outputs
+        # move by about that much, far from a wrong table's O(1)
+        torch.testing.assert_close(_out(exact, x), _out(model, x), rtol=0, atol=5e-2)
+    cos, sin = exact.rope(torch.zeros(1), 16, 22, 40, rope_interpolation_scale=(8 / 25, 32, 32))
+    want = _ltx_reference((16, 22, 40), 96, (0.032, 0.03125, 0.03125))
+    for g, w64 in zip((cos[0], sin[0]), want, strict=True):
+        np.testing.assert_array_less(np.abs(g.double().numpy() - w64), 6e-8 * np.abs(w64) + 1e-38)
     exact.load_state_dict(model.state_dict(), strict=True)
     assert len(patch(exact)) == 0

@@ -398,3 +398,53 @@ def test_qwen_image(fhw):
     ref = reference(fhw, (16, 56, 56), 1e4, (0, 1, 2), positions)
     for got, want in zip(posenc.rope_grid(fhw, 128, preset="qwen-image"), ref, strict=True):
         assert_exact(got, want)
+
+
+def _ltx_reference(dims, dim, steps):
+    """LTX-Video from its formula in float64: coordinates -1 + i * step per axis, frequencies
+    (pi / 2) * 1e4 ** (k / (n - 1)), (t, h, w) per frequency, pairs, dim % 6 still channels
+    first."""
+    n = dim // 6
+    ladder = np.pi / 2 * 1e4 ** (np.arange(n) / (n - 1))
+    grids = np.meshgrid(*[-1 + st * np.arange(m) for st, m in zip(steps, dims, strict=True)],
+                        indexing="ij")  # fmt: skip
+    coords = np.stack([g.reshape(-1) for g in grids], axis=-1)  # [N, 3]
+    theta = (ladder[None, :, None] * coords[:, None, :]).reshape(len(coords), -1)
+    theta = np.concatenate([np.zeros((len(coords), (dim % 6) // 2)), theta], axis=1)
+    theta = np.repeat(theta, 2, axis=1)
+    return np.cos(theta), np.sin(theta)
+
+
+@pytest.mark.parametrize(
+    ("dim", "dims", "fps"),
+    [(2048, (16, 22, 40), 25), (2048, (3, 5, 7), 24), (100, (2, 3, 4), 25), (96, (5, 1, 3), 30)],
+)
+def test_ltx_video(dim, dims, fps):
+    """LTX-Video (704 x 1280, 121 frames: 16 x 22 x 40 latents): its one ladder read by three
+    axes, coordinates 2c - 1; diffusers' float32 errs by 3.6e-3 (its largest angles sit at
+    c = 0), posenc's exact table by one rounding."""
+    from diffusers.models.transformers.transformer_ltx import LTXVideoRotaryPosEmbed
+
+    scale = (8 / fps, 32, 32)
+    want = LTXVideoRotaryPosEmbed(dim)(torch.zeros(1, 1, 1), *dims,
+                                       rope_interpolation_scale=scale)  # fmt: skip
+    steps = tuple(2 * s / b for s, b in zip(scale, (20, 2048, 2048), strict=True))
+    got = posenc.rope_grid(dims, dim, preset="ltx-video", step=steps, compat="diffusers",
+                           dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, w[0]) for g, w in zip(got, want, strict=True))
+    ref = _ltx_reference(dims, dim, steps)
+    exact = posenc.rope_grid(dims, dim, preset="ltx-video", step=steps)
+    for g, r in zip(exact, ref, strict=True):
+        assert_exact(g, r)
+    if fps == 25:  # the preset's own coordinates are 25 fps
+        default = posenc.rope_grid(dims, dim, preset="ltx-video")
+        assert all(np.array_equal(a, b) for a, b in zip(default, exact, strict=True))
+    original = max(np.abs(w[0].double().numpy() - r).max() for w, r in zip(want, ref, strict=True))
+    assert original > 1e-4  # the float32 angles near pi / 2 * 1e4
+
+
+def test_ltx_video_float32_only(float32_only):
+    steps = (0.032, 0.03125, 0.03125)
+    cos, sin = posenc.rope_grid((16, 22, 40), 2048, preset="ltx-video", dtype=torch.float32)
+    for got, want in zip((cos, sin), _ltx_reference((16, 22, 40), 2048, steps), strict=True):
+        assert np.abs(got.double().numpy() - want).max() < 1e-6

@@ -159,9 +159,10 @@ def rope_grid(
         axes_base: each block's own base, in place of ``base`` (Cosmos's per-axis NTK).
         block_axes: the grid axis each block encodes (default: block ``a`` encodes axis
             ``a``; ``(1, 0)``: the column block first).
-        start: the position of each axis's first row (one value, or one per axis; 0, or the
-            preset's coordinates: DINOv3's and timm's normalised grids).
-        step: the distance between rows (one value, or one per axis; 1, or the preset's).
+        start: the position of each axis's first row (one value, or one per axis; default 0,
+            or the preset's: DINOv3's centred grids, Qwen-Image's, LTX-Video's -1).
+        step: the distance between rows (one value, or one per axis; default 1, or the
+            preset's).
         crop: ``((top, left, …), (bottom, right, …))``: the last axes take positions ``top
             + i * (bottom - top) / n`` (the originals' ``numpy.linspace(top, bottom, n,
             endpoint=False)``: a crop of a base grid, HunyuanDiT and CogVideoX 1.0), the axes
@@ -186,17 +187,19 @@ def rope_grid(
     """
     r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
                axes_scale=axes_scale, axes_base=axes_base)  # fmt: skip
-    if r.axes_dim is None:
+    if r.sections is not None or (r.axes_dim is None and r.spacing != "ltx"):
         raise PosencError(
             "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "
             "(wan, hunyuan-video, cogvideox, hunyuan-dit, flux, qwen2-vl-vision, pixtral, …)"
         )
-    k = len(r.axes_dim)
+    k = r.ndim
     dims = grid_shape(shape, k)
     blocks = block_axes_of(block_axes, preset, k)
     recipe = get_rotary_preset(preset).positions if preset is not None else None
-    if recipe is not None and start is None and step is None and crop is None:
-        start, step = recipe(dims)  # the family's own coordinates for this grid
+    if recipe is not None and crop is None:  # the family's coordinates, where none are given
+        own_start, own_step = recipe(dims)
+        start = own_start if start is None else start
+        step = own_step if step is None else step
     starts, steps = _coordinates(dims, start, step, crop)
     if compat is not None:
         family = get_rotary_preset(preset) if preset is not None else None

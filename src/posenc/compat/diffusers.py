@@ -222,6 +222,46 @@ def _qwen_image(
     return cos.contiguous(), sin.contiguous()
 
 
+def _ltx(
+    dims: Sequence[int], r: Any, starts: Sequence[float], steps: Sequence[float], device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``LTXVideoRotaryPosEmbed(dim)(latents, F, H, W, rope_interpolation_scale)`` for one
+    video: float32 grids ``i * scale * 1 / base``, the float32 ladder ``theta ** linspace(0, 1,
+    n) * pi / 2``, times ``2 c - 1``, ``(t, h, w)`` per frequency, pairs, ``dim % 6`` still
+    channels first. ``scale`` is read back from ``step = 2 * scale / base``."""
+    from fractions import Fraction
+
+    from posenc.spec.presets.vision import LTX_BASES
+
+    if any(s0 != -1.0 for s0 in starts):
+        raise PosencError(
+            f"`compat='diffusers'`: ltx-video's coordinates are 2c - 1 from c = 0 (start -1 "
+            f"on every axis), got start={list(starts)}"
+        )
+    scales = [float(Fraction(st * b / 2).limit_denominator(1 << 20)) for st, b in
+              zip(steps, LTX_BASES, strict=True)]  # fmt: skip
+    grids = [torch.arange(n, dtype=torch.float32, device=device) * s * 1 / b
+             for n, s, b in zip(dims, scales, LTX_BASES, strict=True)]  # fmt: skip
+    grid = torch.stack(torch.meshgrid(*grids, indexing="ij"), dim=0).flatten(1).transpose(0, 1)
+    return ltx_tables(grid, r.dim, float(r.base))
+
+
+def ltx_tables(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """LTX-Video's tables of coordinates ``c`` ``[..., 3]`` (float32): the float32 ladder
+    ``theta ** linspace(0, 1, n) * pi / 2`` times ``2 c - 1``, ``(t, h, w)`` per frequency,
+    pairs, ``dim % 6`` still channels first; ``[..., dim]``."""
+    ladder = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6,
+                                     device=grid.device, dtype=torch.float32)  # fmt: skip
+    ladder = ladder * math.pi / 2.0
+    freqs = (ladder * (grid.unsqueeze(-1) * 2 - 1)).transpose(-1, -2).flatten(-2)
+    cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+    still = dim % 6
+    if still:
+        cos = torch.cat([torch.ones_like(cos[..., :still]), cos], dim=-1)
+        sin = torch.cat([torch.zeros_like(cos[..., :still]), sin], dim=-1)
+    return cos, sin
+
+
 def rotary_grid(
     family: str,
     compat: str,
@@ -252,8 +292,8 @@ def rotary_grid(
         isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
     )
     out = compat_dtype(dtype, torch.float32)
-    if family in ("cosmos", "qwen-image"):
-        replay = _cosmos if family == "cosmos" else _qwen_image
+    if family in ("cosmos", "qwen-image", "ltx-video"):
+        replay = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx}[family]
         pair = replay(dims, r, starts, steps, work)
         return compat_out(tuple(t.to(out) for t in pair), numpy_out=not torch_out)
     wide = torch.float64 if family == "wan" and compat == "diffusers" else torch.float32

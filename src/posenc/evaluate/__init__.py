@@ -328,10 +328,11 @@ def rotary_axes_last(r: Rotary, pos: Positions) -> Positions:
             )
         perm = (*range(1, x.ndim), 0)
         return Positions(backend_of(x).permute(x, perm), pos.integral, pos.low, pos.high)
-    if r.axes_dim is not None and (x.ndim < 1 or x.shape[-1] != k):
+    if k > 1 and (x.ndim < 1 or x.shape[-1] != k):
+        what = f"`axes_dim` {r.axes_dim}" if r.axes_dim is not None else f"spacing {r.spacing!r}"
         raise PosencError(
-            f"`positions` must have a last axis of {k} coordinates (one per block of "
-            f"`axes_dim` {r.axes_dim}), got shape {tuple(x.shape)}"
+            f"`positions` must have a last axis of {k} coordinates (one per axis of {what}), "
+            f"got shape {tuple(x.shape)}"
         )
     return pos
 

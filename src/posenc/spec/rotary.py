@@ -63,6 +63,10 @@ class Rotary:
             float64): DINOv3's ``2 pi``, Pixtral's odd-index shift, a per-axis downscaling.
         axes_base: with ``axes_dim``, each block's own base in place of ``base`` (Cosmos's
             per-axis NTK bases).
+        spacing: ``"lang"`` (the ladders above) or ``"ltx"``: LTX-Video's one ladder of ``n =
+            dim // 6`` frequencies ``(pi / 2) * base ** (k / (n - 1))``, each read by the three
+            position axes in turn (``(t, h, w)`` per frequency), after ``dim % 6`` channels
+            that do not rotate (frequency 0).
     """
 
     dim: int
@@ -74,10 +78,13 @@ class Rotary:
     axes_dim: tuple[int, ...] | None = None
     axes_scale: tuple[float, ...] | None = None
     axes_base: tuple[float, ...] | None = None
+    spacing: str = "lang"
 
     @property
     def ndim(self) -> int:
-        """Position axes: 1, ``len(sections)`` or ``len(axes_dim)``."""
+        """Position axes: 1, ``len(sections)``, ``len(axes_dim)``, or 3 (``ltx``)."""
+        if self.spacing == "ltx":
+            return 3
         return len(self.sections or self.axes_dim or (0,))
 
     @property
@@ -97,7 +104,14 @@ class Rotary:
 
 def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
-    if r.axes_dim is not None:
+    factor = 1.0
+    if r.spacing == "ltx":  # one ladder, each frequency read by t, h, w in turn
+        n, still = r.dim // 6, (r.dim % 6) // 2
+        u = np.arange(n, dtype=np.float64) / max(n - 1, 1)
+        ladder = (np.pi / 2) * r.base**u
+        blocks.append((np.zeros(still), np.zeros(still, dtype=np.int64)))
+        blocks.append((np.repeat(ladder, 3), np.tile(np.arange(3), n)))
+    elif r.axes_dim is not None:
         scales = r.axes_scale or (1.0,) * len(r.axes_dim)
         bases = r.axes_base or (r.base,) * len(r.axes_dim)
         for k, (dk, scale, base) in enumerate(zip(r.axes_dim, scales, bases, strict=True)):
@@ -186,6 +200,7 @@ def _rotary(
     axes_dim: Any = None,
     axes_scale: Any = None,
     axes_base: Any = None,
+    spacing: Any = "lang",
 ) -> Rotary:
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
     if dim % 2:
@@ -244,8 +259,25 @@ def _rotary(
             )
     axes_scale = _per_block("axes_scale", "factors", axes_scale, axes_dim, 1.0)
     axes_base = _per_block("axes_base", "bases", axes_base, axes_dim, base)
+    spacing = check_choice("spacing", spacing, ("lang", "ltx"))
+    if spacing == "ltx" and (sections is not None or axes_dim is not None or not s.is_default):
+        raise PosencError(
+            "`spacing='ltx'` is one ladder read by three axes: it takes no `sections`, "
+            "`axes_dim` or `scaling`"
+        )
+    if spacing == "ltx" and dim < 6:
+        raise PosencError(f"`spacing='ltx'` needs `dim` >= 6 (dim // 6 frequencies), got {dim}")
     return Rotary(
-        dim, s, base, layout, sections, interleave_sections, axes_dim, axes_scale, axes_base
+        dim,
+        s,
+        base,
+        layout,
+        sections,
+        interleave_sections,
+        axes_dim,
+        axes_scale,
+        axes_base,
+        spacing,
     )
 
 

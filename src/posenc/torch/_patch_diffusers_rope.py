@@ -1,7 +1,8 @@
 """The recognisers of diffusers' grid rotary modules for :func:`posenc.torch.patch`: Wan's
 ``WanRotaryPosEmbed`` (Wan 2.1/2.2, Sana-Video, Wan-Animate; SkyReels-V2's copy),
 ``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5), ``CosmosRotaryPosEmbed`` (Cosmos-1) and
-``QwenEmbedRope`` (Qwen-Image), with their stand-ins: an
+``QwenEmbedRope`` (Qwen-Image) and ``LTXVideoRotaryPosEmbed`` (LTX-Video), with their
+stand-ins: an
 :class:`~posenc.torch.axial.AxialRotaryEmbedding` called as the original is, on the latents
 ``[B, C, F, H, W]``, exact; or, with ``compat="original"``, diffusers' own tables
 (:func:`posenc.compat.diffusers.rotary_grid`).
@@ -19,6 +20,7 @@ from posenc.api.rope import rope
 from posenc.api.rope_grid import rope_grid
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
+from posenc.spec.presets.vision import LTX_BASES
 from posenc.torch._patching import Found, Recogniser, from_library, left_alone
 from posenc.torch.axial import AxialRotaryEmbedding
 
@@ -313,6 +315,88 @@ def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
                  note="max diff over a 1328 x 1328 image and 1024 text tokens")  # fmt: skip
 
 
+class LTXRope(nn.Module):
+    """The stand-in for diffusers' ``LTXVideoRotaryPosEmbed(dim)``: ``forward(hidden_states,
+    num_frames, height, width, rope_interpolation_scale, video_coords)`` -> ``(cos, sin)``
+    ``[B, N, dim]`` float32, the coordinates ``c = i * scale * patch / base`` of the latent
+    grid, or ``video_coords / base``; exact (``posenc.rope_grid`` / ``posenc.rope`` of ``2c -
+    1``, preset ``ltx-video``) or diffusers' float32 arithmetic."""
+
+    def __init__(self, dim: int, bases: tuple[float, float, float],
+                 patch: tuple[int, int, int], theta: float,
+                 compat: str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.dim, self.bases, self.patch, self.theta = dim, bases, patch, theta
+        self.compat = compat
+        rope_grid((1, 1, 1), dim, preset="ltx-video", base=theta)  # refused now if it cannot
+
+    def forward(self, hidden_states: Tensor, num_frames: int | None = None,
+                height: int | None = None, width: int | None = None,
+                rope_interpolation_scale: Any = None, video_coords: Tensor | None = None
+                ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """The tables of every token, for each of the batch's ``B`` items."""
+        b, device = hidden_states.size(0), hidden_states.device
+        if video_coords is not None:
+            return self._coords(video_coords, device)
+        if rope_interpolation_scale is None:
+            raise PosencError("LTXVideoRotaryPosEmbed's grid needs `rope_interpolation_scale`")
+        dims = (int(num_frames or 0), int(height or 0), int(width or 0))
+        scales = [float(v) for v in rope_interpolation_scale]
+        steps = [2 * s * p / base for s, p, base in zip(scales, self.patch, self.bases,
+                                                       strict=True)]  # fmt: skip
+        cos, sin = rope_grid(dims, self.dim, preset="ltx-video", base=self.theta, step=steps,
+                             compat=self.compat, dtype=torch.float32, device=device)  # fmt: skip
+        return cos[None].expand(b, -1, -1), sin[None].expand(b, -1, -1)
+
+    def _coords(self, coords: Tensor, device: Any) -> tuple[Tensor, Tensor]:
+        if self.compat is not None:  # diffusers: coords / base in float32
+            grid = torch.stack([coords[:, a] / self.bases[a] for a in range(3)], dim=-1)
+            return original.ltx_tables(grid, self.dim, self.theta)
+        base = torch.tensor(self.bases, dtype=torch.float64, device=coords.device)
+        ids = 2 * coords.double().transpose(1, 2) / base - 1  # [B, N, 3]
+        cos, sin = rope(ids, self.dim, preset="ltx-video", base=self.theta, dtype=torch.float32)
+        return cos.to(device), sin.to(device)
+
+    def extra_repr(self) -> str:
+        mode = "" if self.compat is None else f", compat={self.compat!r}"
+        return f"{self.dim}, preset='ltx-video', base={self.theta:g}{mode}"
+
+
+def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """LTX-Video's rotary module, measured one axis at a time over a 704 x 1280, 121-frame
+    video (16 x 22 x 40 latents) at the pipeline's 25 fps scales."""
+    name = type(module).__name__
+    if not (name == "LTXVideoRotaryPosEmbed" and _df(module)):
+        return None
+    m: Any = module
+    try:
+        dim, theta = int(m.dim), float(m.theta)
+        bases = (float(m.base_num_frames), float(m.base_height), float(m.base_width))
+        patch = (int(m.patch_size_t), int(m.patch_size), int(m.patch_size))
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the attributes of diffusers' "
+                          "LTXVideoRotaryPosEmbed")  # fmt: skip
+
+    def build(compat: str | None) -> nn.Module | str:
+        if compat is not None and (bases != LTX_BASES or patch != (1, 1, 1)):
+            return "compat='original': posenc replays bases (20, 2048, 2048) and patch size 1"
+        try:
+            return LTXRope(dim, bases, patch, theta, None if compat is None else "diffusers")
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    x, scale = torch.zeros(1), (8 / 25, 32.0, 32.0)
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [t for dims in ((16, 1, 1), (1, 22, 1), (1, 1, 40))
+                for t in mod(x, *dims, rope_interpolation_scale=scale)]  # fmt: skip
+
+    return Found(name, f"rope_grid(preset='ltx-video', dim={dim})", build,
+                 numbers=lambda: run(module), probe=run,
+                 note="max diff over 16 frames, 22 rows, 40 columns (704 x 1280, "
+                 "121 frames)")  # fmt: skip
+
+
 RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope, cosmos_rope,
-                                        qwen_image_rope)  # fmt: skip
+                                        qwen_image_rope, ltx_rope)  # fmt: skip
 """The video rotary recognisers (asked before diffusers' catch-all ``others``)."""

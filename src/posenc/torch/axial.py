@@ -76,6 +76,11 @@ class AxialRotaryEmbedding(_Tracked):
         super().__init__(device=device, dtype=torch.float32)
         r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
                    axes_scale=axes_scale, axes_base=axes_base)  # fmt: skip
+        if r.spacing == "ltx":
+            raise PosencError(
+                "`AxialRotaryEmbedding` keeps rows per block; LTX-Video's one ladder is read by "
+                "every axis: use posenc.rope_grid(shape, dim, preset='ltx-video')"
+            )
         if r.axes_dim is None:
             raise PosencError(
                 "`AxialRotaryEmbedding` needs one block per grid axis: pass `axes_dim` or an "

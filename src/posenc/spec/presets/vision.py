@@ -57,6 +57,19 @@ def qwen_image_positions(dims: tuple[int, ...]) -> tuple[list[float], list[float
     return [0.0, *(-float(n - n // 2) for n in dims[1:])], [1.0] * len(dims)
 
 
+LTX_BASES = (20.0, 2048.0, 2048.0)
+"""LTX-Video's ``base_num_frames``, ``base_height``, ``base_width``: coordinates are fractions
+of them."""
+LTX_SCALES = (8 / 25, 32.0, 32.0)
+"""The LTX pipeline's ``rope_interpolation_scale`` at 25 fps: the VAE's compression over the
+frame rate, and its spatial compression."""
+
+
+def ltx_positions(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """LTX-Video's ``2 c - 1`` with ``c = i * scale / base`` per axis (patch size 1)."""
+    return [-1.0] * 3, [2 * s / b for s, b in zip(LTX_SCALES, LTX_BASES, strict=True)]
+
+
 def two_blocks(name: str) -> Any:
     """``(dim, base) -> {"axes_dim": (dim / 2, dim / 2)}``: two axes, ``dim / 4`` frequencies
     each (the 2D families), or the error naming the rule when ``dim`` is not a multiple of 4."""
@@ -137,6 +150,22 @@ VISION_PRESETS: dict[str, RotaryPreset] = {
             "tokens sit at M + j on all three axes, M = max(H // 2, W // 2) over the images: "
             "posenc.rope(ids, 128, preset='qwen-image') of those ids; positions stop at +-4096",
             positions=qwen_image_positions,
+            originals=("diffusers",),
+        ),
+        RotaryPreset(
+            "ltx-video",
+            "diffusers LTXVideoRotaryPosEmbed (LTX-Video 0.9.x)",
+            "one ladder (pi / 2) * 10000 ** (k / (n - 1)), n = d // 6, read by (t, h, w) in "
+            "turn per frequency, pairs (2i, 2i+1) after d % 6 still channels; coordinates 2c - 1",
+            2048,
+            {"base": 10000.0, "layout": "interleaved", "spacing": "ltx"},
+            "d is the attention's inner width (2048): LTX rotates q and k before splitting "
+            "them into heads; its coordinates c = i * scale * patch / base with base (20, "
+            "2048, 2048) and the pipeline's scale (8 / frame_rate, 32, 32): the default "
+            "positions are 25 fps (start -1, step 2 * scale / base: pass step= for another "
+            "frame rate); its largest angles, pi / 2 * 10000 rad, are at c = 0, so float32 "
+            "errs by 3.6e-3 at any size (704 x 1280, 121 frames)",
+            positions=ltx_positions,
             originals=("diffusers",),
         ),
         RotaryPreset(
