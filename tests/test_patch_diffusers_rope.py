@@ -258,3 +258,36 @@ def test_ltx_video():
         np.testing.assert_array_less(np.abs(g.double().numpy() - w64), 6e-8 * np.abs(w64) + 1e-38)
     exact.load_state_dict(model.state_dict(), strict=True)
     assert len(patch(exact)) == 0
+
+
+def test_cogview4():
+    torch.manual_seed(0)
+    model = diffusers.CogView4Transformer2DModel(
+        patch_size=2, in_channels=4, out_channels=4, num_layers=1, attention_head_dim=32,
+        num_attention_heads=2, text_embed_dim=16, time_embed_dim=16, condition_dim=8,
+        sample_size=16).eval()  # fmt: skip
+
+    def inputs(h, w):
+        torch.manual_seed(1)
+        return {"hidden_states": torch.randn(1, 4, 2 * h, 2 * w),
+                "encoder_hidden_states": torch.randn(1, 6, 16), "timestep": torch.tensor([500]),
+                "original_size": torch.tensor([[64.0, 64.0]]),
+                "target_size": torch.tensor([[64.0, 64.0]]),
+                "crop_coords": torch.tensor([[0.0, 0.0]])}  # fmt: skip
+
+    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
+    rows = {r.path: r for r in patch(compat, compat="original").replaced}
+    assert rows["rope"].original == "CogView4RotaryPosEmbed"
+    patch(exact)
+    for h, w in [(4, 6), (5, 3)]:
+        x = inputs(h, w)
+        assert torch.equal(_out(compat, x), _out(model, x))
+        torch.testing.assert_close(_out(exact, x), _out(model, x), rtol=0, atol=1e-4)
+    cos, _ = exact.rope(torch.zeros(1, 4, 2 * 96, 2 * 160))
+    rows_, cols_ = np.arange(96) * 256 // 96, np.arange(160) * 256 // 160
+    grids = np.meshgrid(rows_, cols_, indexing="ij")
+    parts = [g.reshape(-1)[:, None] * 1e4 ** (-np.arange(0, 16, 2) / 16) for g in grids]
+    want = np.cos(np.concatenate(parts * 2, axis=1))
+    np.testing.assert_array_less(np.abs(cos.double().numpy() - want), 6e-8 * np.abs(want) + 1e-38)
+    exact.load_state_dict(model.state_dict(), strict=True)
+    assert len(patch(exact)) == 0

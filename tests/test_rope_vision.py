@@ -448,3 +448,28 @@ def test_ltx_video_float32_only(float32_only):
     cos, sin = posenc.rope_grid((16, 22, 40), 2048, preset="ltx-video", dtype=torch.float32)
     for got, want in zip((cos, sin), _ltx_reference((16, 22, 40), 2048, steps), strict=True):
         assert np.abs(got.double().numpy() - want).max() < 1e-6
+
+
+@pytest.mark.parametrize(("h", "w"), [(128, 128), (96, 160), (300, 200), (7, 5)])
+def test_cogview4_and_glm_image(h, w):
+    """GLM-Image: patch indices (rope_grid); CogView4: its 256 x 256 canvas sampled at
+    floor(i * 256 / n) (posenc.rope of those ids); [row | column] in halves, float32 in
+    diffusers."""
+    from diffusers.models.transformers.transformer_cogview4 import CogView4RotaryPosEmbed
+    from diffusers.models.transformers.transformer_glm_image import GlmImageRotaryPosEmbed
+
+    latents = torch.zeros(1, 1, 2 * h, 2 * w)
+    glm = GlmImageRotaryPosEmbed(128, 2)(latents)
+    got = posenc.rope_grid((h, w), 128, preset="cogview4", compat="diffusers",
+                           dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, x) for g, x in zip(got, glm, strict=True))
+    ref = reference((h, w), (64, 64), 1e4, (0, 1), [np.arange(h), np.arange(w)], "halves")
+    for g, r in zip(posenc.rope_grid((h, w), 128, preset="cogview4"), ref, strict=True):
+        assert_exact(g, r)
+    rows, cols = np.arange(h) * 256 // h, np.arange(w) * 256 // w
+    canvas = CogView4RotaryPosEmbed(128, 2, (256, 256))(latents)
+    ref = reference((h, w), (64, 64), 1e4, (0, 1), [rows, cols], "halves")
+    ids = np.stack(np.meshgrid(rows, cols, indexing="ij"), -1).reshape(-1, 2)
+    for g, r, c in zip(posenc.rope(ids, 128, preset="cogview4"), ref, canvas, strict=True):
+        assert_exact(g, r)
+        assert np.abs(c.double().numpy() - r).max() < 2e-5  # diffusers: float32, the same ids

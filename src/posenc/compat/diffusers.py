@@ -262,6 +262,40 @@ def ltx_tables(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor
     return cos, sin
 
 
+def cogview4_tables(
+    h: int, w: int, dim: int, theta: float, canvas: Sequence[int] | None, device: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``CogView4RotaryPosEmbed`` (``canvas``: its ``rope_axes_dim``, patch ``i`` of ``n`` at
+    row ``i * canvas // n``) or ``GlmImageRotaryPosEmbed`` (``canvas`` None: row ``i``):
+    float32 ``[row | column]`` angles, twice over (halves), cos and sin, ``[h * w, dim]``."""
+    half = dim // 2
+    inv = 1.0 / (
+        theta ** (torch.arange(0, half, 2, dtype=torch.float32)[: half // 2].float() / half)
+    )
+    parts = []
+    for n, side in zip((h, w), canvas or (None, None), strict=True):
+        idx = torch.arange(n) if side is None else torch.arange(n) * side // n
+        parts.append(torch.outer(idx, inv))
+    freqs_h = parts[0].unsqueeze(1).expand(h, w, -1)
+    freqs_w = parts[1].unsqueeze(0).expand(h, w, -1)
+    freqs = torch.cat([freqs_h, freqs_w], dim=-1)
+    freqs = torch.cat([freqs, freqs], dim=-1).reshape(h * w, -1)
+    return freqs.cos().to(device), freqs.sin().to(device)
+
+
+def _cogview4(
+    dims: Sequence[int], r: Any, starts: Sequence[float], steps: Sequence[float], device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GLM-Image's table (positions 0, 1, 2, … on both axes)."""
+    if any(s0 != 0.0 for s0 in starts) or any(st != 1.0 for st in steps) or r.layout != "halves":
+        raise PosencError(
+            f"`compat='diffusers'`: cogview4's grid is 0, 1, 2, … on both axes (CogView4's "
+            f"canvas positions: its patch stand-in), got start={list(starts)}, "
+            f"step={list(steps)}"
+        )
+    return cogview4_tables(dims[0], dims[1], r.dim, float(r.base), None, device)
+
+
 def rotary_grid(
     family: str,
     compat: str,
@@ -292,8 +326,10 @@ def rotary_grid(
         isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
     )
     out = compat_dtype(dtype, torch.float32)
-    if family in ("cosmos", "qwen-image", "ltx-video"):
-        replay = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx}[family]
+    replays = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx,
+               "cogview4": _cogview4}  # fmt: skip
+    if family in replays:
+        replay = replays[family]
         pair = replay(dims, r, starts, steps, work)
         return compat_out(tuple(t.to(out) for t in pair), numpy_out=not torch_out)
     wide = torch.float64 if family == "wan" and compat == "diffusers" else torch.float32

@@ -1,8 +1,8 @@
 """The recognisers of diffusers' grid rotary modules for :func:`posenc.torch.patch`: Wan's
 ``WanRotaryPosEmbed`` (Wan 2.1/2.2, Sana-Video, Wan-Animate; SkyReels-V2's copy),
 ``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5), ``CosmosRotaryPosEmbed`` (Cosmos-1) and
-``QwenEmbedRope`` (Qwen-Image) and ``LTXVideoRotaryPosEmbed`` (LTX-Video), with their
-stand-ins: an
+``QwenEmbedRope`` (Qwen-Image), ``LTXVideoRotaryPosEmbed`` (LTX-Video) and
+``CogView4RotaryPosEmbed`` / ``GlmImageRotaryPosEmbed``; their stand-ins (in ``_diffusers_rope.py``): an
 :class:`~posenc.torch.axial.AxialRotaryEmbedding` called as the original is, on the latents
 ``[B, C, F, H, W]``, exact; or, with ``compat="original"``, diffusers' own tables
 (:func:`posenc.compat.diffusers.rotary_grid`).
@@ -10,88 +10,19 @@ stand-ins: an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from posenc.api.rope import rope
-from posenc.api.rope_grid import rope_grid
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
 from posenc.spec.presets.vision import LTX_BASES
+from posenc.torch._diffusers_rope import CogView4Rope, CosmosRope, LTXRope, QwenImageRope, VideoRope
 from posenc.torch._patching import Found, Recogniser, from_library, left_alone
-from posenc.torch.axial import AxialRotaryEmbedding
 
 WAN = ("WanRotaryPosEmbed", "SkyReelsV2RotaryPosEmbed")
 HUNYUAN = ("HunyuanVideoRotaryPosEmbed", "HunyuanVideo15RotaryPosEmbed")
-
-
-class VideoRope(AxialRotaryEmbedding):
-    """The stand-in for a video rotary module: ``forward(hidden_states)`` with latents ``[B,
-    C, F, H, W]``, the tables of the patched grid ``(F / p_t, H / p_h, W / p_w)``.
-
-    Wan's form (``wan=True``) returns ``[1, S, 1, D]`` tables in the module's dtype (diffusers
-    keeps float32 buffers, which ``.to()`` casts); HunyuanVideo's ``[S, D]`` float32 on the
-    latents' device. ``compat``: the ``compat=`` mode of :func:`posenc.rope_grid` that
-    repeats diffusers' arithmetic (``"diffusers"``, or ``"diffusers-mps"``: Wan on an MPS
-    host)."""
-
-    def __init__(self, preset: str, dim: int, patch: tuple[int, int, int], *, wan: bool,
-                 compat: str | None = None, axes_dim: tuple[int, ...] | None = None,
-                 base: float | None = None, axes_base: tuple[float, ...] | None = None,
-                 device: Any = None) -> None:  # fmt: skip
-        super().__init__(dim, preset=preset, axes_dim=axes_dim, base=base, axes_base=axes_base,
-                         device=device)  # fmt: skip
-        self.patch_size, self.wan, self.compat = tuple(patch), wan, compat
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VideoRope:
-        super()._apply(fn, recurse)
-        if not self.wan:  # HunyuanVideo's module holds no tensor: float32 whatever .to() says
-            self._dtype = torch.float32
-        return self
-
-    def grid(self, hidden_states: Tensor) -> tuple[int, int, int]:
-        """The patched grid of the latents."""
-        _, _, f, h, w = hidden_states.shape
-        p_t, p_h, p_w = self.patch_size
-        return f // p_t, h // p_h, w // p_w
-
-    def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        """``(cos, sin)`` of every token of the latents' patched grid."""
-        shape = self.grid(hidden_states)
-        if self.compat is not None:
-            cos, sin = rope_grid(shape, self.dim, preset=self.preset, axes_dim=self.rotary.axes_dim,
-                                 base=self.rotary.base, compat=self.compat, dtype=torch.float32,
-                                 device=self._device)  # fmt: skip
-            cos, sin = cos.to(self._dtype), sin.to(self._dtype)  # buffers .to() cast
-        else:  # rounded once, to the dtype the module was moved to (Wan's) or float32
-            cos, sin = super().forward(shape, dtype=self._dtype)
-        if not self.wan:
-            return cos.to(hidden_states.device), sin.to(hidden_states.device)
-        return cos[None, :, None], sin[None, :, None]
-
-    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
-        __call__ = forward  # type: ignore[assignment]
-
-    def axis_tables(self, rows: int) -> list[Tensor]:
-        """Each block's table over positions ``0 … rows - 1``, concatenated (``[rows, dim]``
-        cos, then sin): Wan's buffers, in the module's dtype."""
-        r, tables = self.rotary, []
-        for d in r.axes_dim or ():
-            if self.compat is not None:
-                wide = torch.float64 if self.compat == "diffusers" else torch.float32
-                pos = torch.arange(rows, device=self._device)
-                tables.append(original.rotary_1d(d, pos, float(r.base), freqs_dtype=wide))
-            else:
-                tables.append(rope_grid((rows,), d, axes_dim=(d,), base=r.base, layout=r.layout,
-                                        dtype=torch.float32, device=self._device))  # fmt: skip
-        return [torch.cat([t[j] for t in tables], dim=-1).to(self._dtype) for j in (0, 1)]
-
-    def extra_repr(self) -> str:
-        mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{super().extra_repr()}, patch_size={self.patch_size}{mode}"
 
 
 def _axis_tables(stand_in: Any, rows: int) -> list[Tensor]:
@@ -171,33 +102,6 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
                  "(720p, 129 frames)")  # fmt: skip
 
 
-class CosmosRope(VideoRope):
-    """The stand-in for diffusers' ``CosmosRotaryPosEmbed``: ``forward(hidden_states,
-    fps=None)``, ``(cos, sin)`` ``[S, D]`` float32 (diffusers' dtype, whatever ``.to()``
-    says), a video's frames at ``i * base_fps / fps``."""
-
-    def __init__(self, dim: int, patch: tuple[int, int, int], axes: tuple[int, ...],
-                 bases: tuple[float, ...], base_fps: float, *, compat: str | None = None,
-                 device: Any = None) -> None:  # fmt: skip
-        super().__init__("cosmos", dim, patch, wan=False, compat=compat, axes_dim=axes,
-                         axes_base=bases, device=device)  # fmt: skip
-        self.base_fps = base_fps
-
-    def forward(self, hidden_states: Tensor, fps: float | None = None) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        """``(cos, sin)`` of every token of the latents' patched grid."""
-        shape = self.grid(hidden_states)
-        step = 1.0 if fps is None else self.base_fps / fps
-        if self.compat is None and step == 1.0:
-            cos, sin = AxialRotaryEmbedding.forward(self, shape, dtype=torch.float32)
-        else:
-            r = self.rotary
-            cos, sin = rope_grid(shape, self.dim, preset="cosmos", axes_dim=r.axes_dim,
-                                 axes_base=r.axes_base, step=(step, 1.0, 1.0),
-                                 dtype=torch.float32, device=self._device,
-                                 compat=self.compat)  # fmt: skip
-        return cos.to(hidden_states.device), sin.to(hidden_states.device)
-
-
 def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Cosmos's rotary module (float32, per-axis NTK bases), measured over 121 frames of a
     704 x 1280 video at 30 fps and as an image, one axis at a time."""
@@ -239,56 +143,6 @@ def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
                  "160 columns")  # fmt: skip
 
 
-class QwenImageRope(nn.Module):
-    """The stand-in for diffusers' ``QwenEmbedRope``: ``forward(video_fhw, device,
-    max_txt_seq_len)`` -> ``(video, text)`` complex64 tables ``[S, 64]``, ``[L, 64]``: image
-    ``i`` of ``video_fhw`` at frames from ``i``, rows and columns centred (``scale_rope``) or
-    from 0; the text at ``M + j`` on every axis, ``M`` the images' largest half-side (side)."""
-
-    def __init__(self, theta: float, axes_dim: tuple[int, ...], scale_rope: bool,
-                 compat: str | None = None) -> None:  # fmt: skip
-        super().__init__()
-        self.theta, self.axes_dim, self.scale_rope = theta, tuple(axes_dim), scale_rope
-        self.compat = compat
-
-    def _table(self, shape: tuple[int, ...], start: tuple[float, ...], device: Any) -> Tensor:
-        cos, sin = rope_grid(shape, sum(self.axes_dim), preset="qwen-image", base=self.theta,
-                             axes_dim=self.axes_dim, layout="compact", start=start,
-                             compat=self.compat, dtype=torch.float32, device=device)  # fmt: skip
-        return torch.complex(cos, sin)
-
-    def forward(self, video_fhw: Any, device: Any = None, max_txt_seq_len: Any = None
-                ) -> tuple[Tensor, Tensor]:  # fmt: skip
-        """The tables of the images of ``video_fhw`` and of ``max_txt_seq_len`` text tokens."""
-        if max_txt_seq_len is None:
-            raise PosencError("`max_txt_seq_len` must be given (QwenEmbedRope's rule)")
-        if isinstance(video_fhw, list):
-            video_fhw = video_fhw[0]
-        shapes = video_fhw if isinstance(video_fhw, list) else [video_fhw]
-        device = torch.device("cpu") if device is None else device
-        tables, largest = [], 0
-        for idx, (f, h, w) in enumerate(shapes):
-            start = (idx, -(h - h // 2), -(w - w // 2)) if self.scale_rope else (idx, 0, 0)
-            tables.append(self._table((f, h, w), tuple(float(v) for v in start), device))
-            largest = max(largest, *((h // 2, w // 2) if self.scale_rope else (h, w)))
-        return torch.cat(tables, dim=0), self._text(largest, int(max_txt_seq_len), device)
-
-    def _text(self, first: int, n: int, device: Any) -> Tensor:
-        """The text tokens' table: positions ``first + j`` on every axis."""
-        pos = torch.arange(first, first + n, device=device)
-        if self.compat is not None:
-            rows = [original.qwen_image_rows(pos, d, self.theta) for d in self.axes_dim]
-            return torch.cat(rows, dim=1)
-        cos, sin = rope(pos[:, None].expand(n, len(self.axes_dim)), sum(self.axes_dim),
-                        base=self.theta, axes_dim=self.axes_dim, layout="compact",
-                        dtype=torch.float32)  # fmt: skip
-        return torch.complex(cos, sin)
-
-    def extra_repr(self) -> str:
-        mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{mode}"
-
-
 def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image's rotary module (complex64, float32 angles), measured on a 1328 x 1328
     image (83 x 83 patches) and 1024 text tokens."""
@@ -313,53 +167,6 @@ def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     return Found(name, f"rope_grid(preset='qwen-image', axes_dim={axes})", build,
                  numbers=lambda: run(module), probe=run,
                  note="max diff over a 1328 x 1328 image and 1024 text tokens")  # fmt: skip
-
-
-class LTXRope(nn.Module):
-    """The stand-in for diffusers' ``LTXVideoRotaryPosEmbed(dim)``: ``forward(hidden_states,
-    num_frames, height, width, rope_interpolation_scale, video_coords)`` -> ``(cos, sin)``
-    ``[B, N, dim]`` float32, the coordinates ``c = i * scale * patch / base`` of the latent
-    grid, or ``video_coords / base``; exact (``posenc.rope_grid`` / ``posenc.rope`` of ``2c -
-    1``, preset ``ltx-video``) or diffusers' float32 arithmetic."""
-
-    def __init__(self, dim: int, bases: tuple[float, float, float],
-                 patch: tuple[int, int, int], theta: float,
-                 compat: str | None = None) -> None:  # fmt: skip
-        super().__init__()
-        self.dim, self.bases, self.patch, self.theta = dim, bases, patch, theta
-        self.compat = compat
-        rope_grid((1, 1, 1), dim, preset="ltx-video", base=theta)  # refused now if it cannot
-
-    def forward(self, hidden_states: Tensor, num_frames: int | None = None,
-                height: int | None = None, width: int | None = None,
-                rope_interpolation_scale: Any = None, video_coords: Tensor | None = None
-                ) -> tuple[Tensor, Tensor]:  # fmt: skip
-        """The tables of every token, for each of the batch's ``B`` items."""
-        b, device = hidden_states.size(0), hidden_states.device
-        if video_coords is not None:
-            return self._coords(video_coords, device)
-        if rope_interpolation_scale is None:
-            raise PosencError("LTXVideoRotaryPosEmbed's grid needs `rope_interpolation_scale`")
-        dims = (int(num_frames or 0), int(height or 0), int(width or 0))
-        scales = [float(v) for v in rope_interpolation_scale]
-        steps = [2 * s * p / base for s, p, base in zip(scales, self.patch, self.bases,
-                                                       strict=True)]  # fmt: skip
-        cos, sin = rope_grid(dims, self.dim, preset="ltx-video", base=self.theta, step=steps,
-                             compat=self.compat, dtype=torch.float32, device=device)  # fmt: skip
-        return cos[None].expand(b, -1, -1), sin[None].expand(b, -1, -1)
-
-    def _coords(self, coords: Tensor, device: Any) -> tuple[Tensor, Tensor]:
-        if self.compat is not None:  # diffusers: coords / base in float32
-            grid = torch.stack([coords[:, a] / self.bases[a] for a in range(3)], dim=-1)
-            return original.ltx_tables(grid, self.dim, self.theta)
-        base = torch.tensor(self.bases, dtype=torch.float64, device=coords.device)
-        ids = 2 * coords.double().transpose(1, 2) / base - 1  # [B, N, 3]
-        cos, sin = rope(ids, self.dim, preset="ltx-video", base=self.theta, dtype=torch.float32)
-        return cos.to(device), sin.to(device)
-
-    def extra_repr(self) -> str:
-        mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{self.dim}, preset='ltx-video', base={self.theta:g}{mode}"
 
 
 def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -397,6 +204,37 @@ def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
                  "121 frames)")  # fmt: skip
 
 
+def cogview4_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """CogView4's and GLM-Image's rotary modules, measured on a 2048 x 2048 image (128 x 128
+    patches) and a 300 x 200 one (past CogView4's 256 canvas rows on neither axis)."""
+    name = type(module).__name__
+    if not (name in ("CogView4RotaryPosEmbed", "GlmImageRotaryPosEmbed") and _df(module)):
+        return None
+    m: Any = module
+    try:
+        dim, patch, theta = int(m.dim), int(m.patch_size), float(m.theta)
+        axes = getattr(m, "rope_axes_dim", None)
+        canvas = None if axes is None else (int(axes[0]), int(axes[1]))
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return CogView4Rope(dim, patch, theta, canvas, None if compat is None else "diffusers")
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    probes = [torch.zeros(1, 1, 128 * patch, 128 * patch),
+              torch.zeros(1, 1, 300 * patch, 200 * patch)]  # fmt: skip
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [t for x in probes for t in mod(x)]
+
+    return Found(name, f"rope(ids, {dim}, preset='cogview4')", build,
+                 numbers=lambda: run(module), probe=run,
+                 note="max diff over 128 x 128 and 300 x 200 patch grids")  # fmt: skip
+
+
 RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope, cosmos_rope,
-                                        qwen_image_rope, ltx_rope)  # fmt: skip
+                                        qwen_image_rope, ltx_rope, cogview4_rope)  # fmt: skip
 """The video rotary recognisers (asked before diffusers' catch-all ``others``)."""

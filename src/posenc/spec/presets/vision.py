@@ -169,6 +169,19 @@ VISION_PRESETS: dict[str, RotaryPreset] = {
             originals=("diffusers",),
         ),
         RotaryPreset(
+            "cogview4",
+            "diffusers CogView4RotaryPosEmbed and GlmImageRotaryPosEmbed (CogView4, GLM-Image)",
+            "2D axial, [row | column] blocks of d/2 in halves over the whole head, base 10000",
+            128,
+            {"base": 10000.0, "layout": "halves"},
+            "GLM-Image's positions are the patch indices (rope_grid's default); CogView4 samples "
+            "a fixed 256 x 256 canvas: patch i of n sits at floor(i * 256 / n) (repeated rows "
+            "past 256): posenc.rope(ids, d, preset='cogview4') of those ids; diffusers computes "
+            "in float32 (8.8e-6 off) and on the CPU",
+            axial=two_blocks("cogview4"),
+            originals=("diffusers",),
+        ),
+        RotaryPreset(
             "hunyuan-dit",
             "diffusers get_2d_rotary_pos_embed (HunyuanDiT); Tencent HunyuanDiT get_2d_rotary",
             "2D axial, [column | row] blocks of d/2 interleaved, base 10000",
