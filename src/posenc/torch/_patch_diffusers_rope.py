@@ -1,11 +1,10 @@
-"""The recognisers of diffusers' grid rotary modules for :func:`posenc.torch.patch`: Wan's
+"""The recognisers of diffusers' grid rotary modules for :func:`posenc.torch.patch`:
 ``WanRotaryPosEmbed`` (Wan 2.1/2.2, Sana-Video, Wan-Animate; SkyReels-V2's copy),
-``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5), ``CosmosRotaryPosEmbed`` (Cosmos-1) and
-``QwenEmbedRope`` (Qwen-Image), ``LTXVideoRotaryPosEmbed`` (LTX-Video) and
-``CogView4RotaryPosEmbed`` / ``GlmImageRotaryPosEmbed``; their stand-ins (in ``_diffusers_rope.py``): an
-:class:`~posenc.torch.axial.AxialRotaryEmbedding` called as the original is, on the latents
-``[B, C, F, H, W]``, exact; or, with ``compat="original"``, diffusers' own tables
-(:func:`posenc.compat.diffusers.rotary_grid`).
+``HunyuanVideoRotaryPosEmbed`` (HunyuanVideo, 1.5), ``CosmosRotaryPosEmbed`` (Cosmos-1),
+``QwenEmbedRope`` (Qwen-Image), ``LTXVideoRotaryPosEmbed`` (LTX-Video),
+``CogView4RotaryPosEmbed`` and ``GlmImageRotaryPosEmbed``. Their stand-ins
+(``_diffusers_rope.py``) are called as the originals are and give exact tables, or, with
+``compat="original"``, diffusers' own (:mod:`posenc.compat.diffusers`).
 """
 
 from __future__ import annotations
