@@ -473,3 +473,38 @@ def test_cogview4_and_glm_image(h, w):
     for g, r, c in zip(posenc.rope(ids, 128, preset="cogview4"), ref, canvas, strict=True):
         assert_exact(g, r)
         assert np.abs(c.double().numpy() - r).max() < 2e-5  # diffusers: float32, the same ids
+
+
+@pytest.mark.parametrize(
+    ("preset", "shape", "dim", "kw", "named"),
+    [("wan", (2, 3, 4), 24, {"layout": "compact"}, "`layout`"),
+     ("wan", (2, 3, 4), 24, {"layout": "halves"}, "`layout`"),
+     ("wan", (2, 3, 4), 24, {"axes_scale": (2, 1, 1)}, "`axes_scale`"),
+     ("wan", (2, 3, 4), 24, {"axes_base": (2, 1, 1)}, "`axes_base`"),
+     ("ltx-video", (2, 3, 4), 96, {"layout": "halves"}, "`layout`"),
+     ("cosmos", (2, 3, 4), 128, {"layout": "interleaved"}, "`layout`"),
+     ("qwen-image", (2, 3, 4), 128, {"axes_scale": (2, 1, 1)}, "`axes_scale`"),
+     ("cogview4", (2, 3), 128, {"block_axes": (1, 0)}, "`block_axes`"),
+     ("hunyuan-dit", (2, 3), 88, {"block_axes": (0, 1)}, "`block_axes`")],
+)  # fmt: skip
+def test_compat_refuses_a_form_the_original_does_not_have(preset, shape, dim, kw, named):
+    """A layout, factor, base or block order of the call's own is not the family's arithmetic:
+    an error naming it, never the family's own table under another name."""
+    with pytest.raises(PosencError, match=named):
+        posenc.rope_grid(shape, dim, preset=preset, compat="diffusers", **kw)
+
+
+def test_module_keeps_the_preset_coordinates_a_call_leaves_out():
+    from posenc.torch import AxialRotaryEmbedding, RotaryEmbedding
+
+    for kw, shape in (({"preset": "dinov3", "start": 0.0}, (3, 5)),
+                      ({"preset": "qwen-image", "step": 1.0}, (1, 4, 6)),
+                      ({"preset": "qwen-image", "block_axes": (0, 2, 1)}, (1, 4, 6))):  # fmt: skip
+        dim = 64 if kw["preset"] == "dinov3" else 128
+        got = AxialRotaryEmbedding(dim, **kw)(shape)
+        want = posenc.rope_grid(shape, dim, dtype=torch.float32, **kw)
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    with pytest.raises(PosencError, match="rope_grid"):
+        RotaryEmbedding(24, preset="ltx-video")
+    with pytest.raises(PosencError, match="no axial rule"):
+        posenc.rope(torch.zeros(2, 3), 24, preset="ltx-video", compat="transformers")

@@ -154,7 +154,7 @@ def _cosmos(
     powers, the positions of ``arange`` in float32 (frames ``/ fps * 24`` for a video), the
     ``[t | h | w]`` angles twice over (halves), then cos and sin. A step of 1 on the frames is
     an image (no ``fps``)."""
-    if any(s0 != 0.0 for s0 in starts) or list(steps[1:]) != [1.0, 1.0] or r.layout != "halves":
+    if any(s0 != 0.0 for s0 in starts) or list(steps[1:]) != [1.0, 1.0]:
         raise PosencError(
             "`compat='diffusers'`: cosmos's positions are 0, 1, 2, … on every axis, frames "
             f"times 24 / fps; got start={list(starts)}, step={list(steps)}"
@@ -287,13 +287,41 @@ def _cogview4(
     dims: Sequence[int], r: Any, starts: Sequence[float], steps: Sequence[float], device: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GLM-Image's table (positions 0, 1, 2, … on both axes)."""
-    if any(s0 != 0.0 for s0 in starts) or any(st != 1.0 for st in steps) or r.layout != "halves":
+    if any(s0 != 0.0 for s0 in starts) or any(st != 1.0 for st in steps):
         raise PosencError(
             f"`compat='diffusers'`: cogview4's grid is 0, 1, 2, … on both axes (CogView4's "
             f"canvas positions: its patch stand-in), got start={list(starts)}, "
             f"step={list(steps)}"
         )
     return cogview4_tables(dims[0], dims[1], r.dim, float(r.base), None, device)
+
+
+FREE = {"axes_dim": ("wan", "hunyuan-video", "cogvideox", "qwen-image", "hunyuan-dit",
+                     "cosmos"), "axes_base": ("cosmos",), "layout": ("qwen-image",)}  # fmt: skip
+"""The keywords a family's replay takes from the call (its module's own widths, Cosmos's own
+bases, Qwen-Image's complex tables as the compact layout); every other one is the family's."""
+
+
+def _check_form(family: str, r: Any, blocks: Sequence[int]) -> None:
+    """Refuse a table whose form the family's arithmetic does not have (a layout, factors,
+    bases or block order of the call's own): the replay would silently give the family's."""
+    from posenc.spec.presets import get_rotary_preset
+    from posenc.spec.rotary import rotary
+
+    own = rotary(r.dim, preset=family, base=r.base,
+                 axes_dim=r.axes_dim if family in FREE["axes_dim"] else None)  # fmt: skip
+    for key in ("layout", "axes_dim", "axes_scale", "axes_base", "spacing"):
+        if getattr(r, key) != getattr(own, key) and family not in FREE.get(key, ()):
+            raise PosencError(
+                f"`{key}`: compat='diffusers' repeats {family}'s own tables ({key}="
+                f"{getattr(own, key)!r}), not {key}={getattr(r, key)!r}: drop `{key}`"
+            )
+    order = get_rotary_preset(family).block_axes or tuple(range(len(blocks)))
+    if tuple(blocks) != tuple(order):
+        raise PosencError(
+            f"`block_axes`: compat='diffusers' repeats {family}'s block order {order}, not "
+            f"{tuple(blocks)}: drop `block_axes`"
+        )
 
 
 def rotary_grid(
@@ -320,6 +348,7 @@ def rotary_grid(
     Per block, ``get_1d_rotary_pos_embed`` at the positions the family builds, broadcast to
     the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
     NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    _check_form(family, r, blocks)
     out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
     work = torch.device(out_device) if out_device is not None else torch.device("cpu")
     torch_out = (

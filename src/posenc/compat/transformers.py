@@ -64,10 +64,11 @@ def rope(
     sections last (as :func:`posenc.rope` passes them); ``casts``: as :func:`inv_freq`.
     ``inv_freq``: ``(freq, factor)`` kept from :func:`inv_freq` for this ``seq_len`` and
     ``casts``, on the positions' device, used instead of recomputing them."""
-    if r.axes_dim is not None:
+    if r.axes_dim is not None or r.spacing != "lang":
         raise PosencError(
-            "`compat='transformers'` has no axial rule: axial RoPE (FLUX) is diffusers', whose "
-            "float64 tables are the exact ones; drop `compat`"
+            "`compat='transformers'` has no axial rule: axial RoPE (FLUX, the image and video "
+            "families) is not transformers' language models'; posenc.rope_grid(..., compat=…) "
+            "has the families' own; drop `compat`"
         )
     x, numpy_out = compat_in(pos.values)
     out_dtype = compat_dtype(dtype, torch.get_default_dtype())

@@ -90,7 +90,8 @@ class AxialRotaryEmbedding(_Tracked):
         self.rotary, self.preset, self.dim = r, preset, r.dim
         self.block_axes = tuple(block_axes_of(block_axes, preset, k))
         recipe = get_rotary_preset(preset).positions if preset is not None else None
-        self._recipe = recipe if start is None and step is None else None
+        self._recipe = recipe if start is None or step is None else None
+        self._given = (start, step)  # what the recipe leaves alone
         self.start = per_axis("start", start, k, 0.0)
         self.step = per_axis("step", step, k, 1.0)
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
@@ -138,10 +139,11 @@ class AxialRotaryEmbedding(_Tracked):
             )
         if self._recipe is not None:  # positions set by the grid's size: no rows to keep
             r = self.rotary
+            start, step = self._given
             return rope_grid(tuple(shape), r.dim, preset=self.preset, base=r.base,
                              layout=r.layout, axes_dim=r.axes_dim, axes_scale=r.axes_scale,
-                             axes_base=r.axes_base,
-                             dtype=dtype, device=self._device)  # fmt: skip
+                             axes_base=r.axes_base, block_axes=self.block_axes, start=start,
+                             step=step, dtype=dtype, device=self._device)  # fmt: skip
         r, nf = self.rotary, self.rotary.dim // 2
         out = [torch.empty(*shape, r.width, dtype=dtype, device=self._device) for _ in (0, 1)]
         first = 0

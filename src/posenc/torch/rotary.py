@@ -109,6 +109,12 @@ class RotaryEmbedding(_Tracked):
             interleave_sections=interleave_sections,
             axes_dim=axes_dim,
         )
+        if r.spacing != "lang":
+            raise PosencError(
+                f"`RotaryEmbedding` rotates by sequence or axial positions; spacing "
+                f"{r.spacing!r} (LTX-Video) is read by three axes at once: use "
+                "posenc.rope_grid(shape, dim, preset='ltx-video') or posenc.rope(ids, dim, ...)"
+            )
         self.rotary = r
         self.preset = preset
         self.dim = r.dim
