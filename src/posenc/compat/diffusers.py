@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from posenc.errors import PosencError
-from posenc.evaluate.libs.torch import compat_dtype, compat_out
+from posenc.evaluate.libs.torch import compat_grid
 
 NO_FLOAT64 = frozenset({"mps", "npu", "neuron"})
 """The device types diffusers' ``maybe_adjust_dtype_for_device`` computes in float32 on."""
@@ -349,22 +349,34 @@ def rotary_grid(
     the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
     NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
     _check_form(family, r, blocks)
-    out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
-    work = torch.device(out_device) if out_device is not None else torch.device("cpu")
-    torch_out = (
-        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
-    )
-    out = compat_dtype(dtype, torch.float32)
     replays = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx,
                "cogview4": _cogview4}  # fmt: skip
-    if family in replays:
-        replay = replays[family]
-        pair = replay(dims, r, starts, steps, work)
-        return compat_out(tuple(t.to(out) for t in pair), numpy_out=not torch_out)
+
+    def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if family in replays:
+            return replays[family](dims, r, starts, steps, work)
+        return _per_axis(family, compat, dims, r, blocks, starts, steps, cropped, work)
+
+    return compat_grid(tables, dtype=dtype, device=device, like=like)
+
+
+def _per_axis(
+    family: str,
+    compat: str,
+    dims: Sequence[int],
+    r: Any,
+    blocks: Sequence[int],
+    starts: Sequence[float],
+    steps: Sequence[float],
+    cropped: bool,
+    work: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wan's, HunyuanVideo's, CogVideoX's and HunyuanDiT's tables: per block
+    ``get_1d_rotary_pos_embed`` at the family's own positions, broadcast, concatenated."""
     wide = torch.float64 if family == "wan" and compat == "diffusers" else torch.float32
     k = len(dims)
     parts_cos, parts_sin = [], []
-    for a, (d, g) in enumerate(zip(r.axes_dim, blocks, strict=True)):
+    for d, g in zip(r.axes_dim, blocks, strict=True):
         time_axis = family == "cogvideox" and g == 0
         pos = _family_positions(family, dims[g], starts[g], steps[g], cropped and not time_axis,
                                 work)  # fmt: skip
@@ -378,8 +390,5 @@ def rotary_grid(
         full = [*dims, d]
         parts_cos.append(cos.reshape(shape).expand(full))
         parts_sin.append(sin.reshape(shape).expand(full))
-        del a
     n = math.prod(dims)
-    cos = torch.cat(parts_cos, dim=-1).reshape(n, -1)
-    sin = torch.cat(parts_sin, dim=-1).reshape(n, -1)
-    return compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)
+    return torch.cat(parts_cos, dim=-1).reshape(n, -1), torch.cat(parts_sin, dim=-1).reshape(n, -1)

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from posenc.errors import PosencError
-from posenc.evaluate.libs.torch import compat_dtype, compat_out
+from posenc.evaluate.libs.torch import compat_grid
 
 
 def sincos_2d(
@@ -268,18 +268,18 @@ def rotary_grid(
     if kind is None:
         raise PosencError(f"`compat`: 'timm' replays {', '.join(ROTARY_FAMILIES)}, not {family!r}")
     indexing, rotate_half = _check_table(family, kind, r, blocks)
-    out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
-    work = torch.device(out_device) if out_device is not None else torch.device("cpu")
     if kind == DINOV3:
         offset, mode = _dinov3_grid(family, dims, starts, steps)
-        sin, cos = _dinov3_tables(dims, r.dim, r.base, offset, mode, indexing, rotate_half,
-                                  work)  # fmt: skip
     else:
         offset, refs = _cat_grid(family, kind, dims, starts, steps)
-        sin, cos = _cat_tables(dims, r.dim, r.base, offset, refs, indexing, rotate_half,
-                               work)  # fmt: skip
-    torch_out = (
-        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
-    )
-    out = compat_dtype(dtype, torch.float32)
-    return compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)
+
+    def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if kind == DINOV3:
+            sin, cos = _dinov3_tables(dims, r.dim, r.base, offset, mode, indexing, rotate_half,
+                                      work)  # fmt: skip
+        else:
+            sin, cos = _cat_tables(dims, r.dim, r.base, offset, refs, indexing, rotate_half,
+                                   work)  # fmt: skip
+        return cos, sin
+
+    return compat_grid(tables, dtype=dtype, device=device, like=like)

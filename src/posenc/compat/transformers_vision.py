@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from posenc.errors import PosencError, show
-from posenc.evaluate.libs.torch import compat_dtype, compat_out
+from posenc.evaluate.libs.torch import compat_grid
 from posenc.spec.presets.vision import centred
 
 Tables = tuple[torch.Tensor, torch.Tensor]
@@ -259,13 +259,10 @@ def rotary_grid(
         raise PosencError(f"`compat={compat!r}` has no replay of preset {family!r}")
     _check_form(family, r, blocks)
     _check_positions(family, dims, starts, steps, cropped)
-    out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
-    work = torch.device(out_device) if out_device is not None else torch.device("cpu")
     replay = FAMILIES[family][0]
-    with torch.no_grad():
-        cos, sin = replay(dims, r.dim, float(r.base), float(steps[0]), work)
-    torch_out = (
-        isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
-    )
-    out = compat_dtype(dtype, torch.float32)
-    return compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)
+
+    def tables(work: torch.device) -> Tables:
+        with torch.no_grad():
+            return replay(dims, r.dim, float(r.base), float(steps[0]), work)
+
+    return compat_grid(tables, dtype=dtype, device=device, like=like)
