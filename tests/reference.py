@@ -251,3 +251,35 @@ ONE_D = {
     "tatp22": (lambda n, d, off: tatp22((n,), d, offset=off), "any"),
 }
 ONE_D_OPTIONS = {"fairseq": {"padding_idx": 1}}  # posenc's options for those references
+
+
+def axial_rope(dims, axes_dim, base, blocks, positions, layout="interleaved"):
+    """float64 (cos, sin) ``[prod(dims), sum(axes_dim)]``: block ``a`` encodes grid axis
+    ``blocks[a]`` at ``positions[blocks[a]]`` with frequencies ``base ** (-2j / d_a)``."""
+    grids = np.meshgrid(*[np.asarray(p, dtype=np.float64) for p in positions], indexing="ij")
+    coords = [g.reshape(-1) for g in grids]
+    angles = []
+    for d, g in zip(axes_dim, blocks, strict=True):
+        omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        angles.append(coords[g][:, None] * omega[None])
+    theta = np.concatenate(angles, axis=1)
+    if layout == "interleaved":
+        theta = np.repeat(theta, 2, axis=1)
+    else:
+        theta = np.concatenate([theta, theta], axis=1)
+    return np.cos(theta), np.sin(theta)
+
+
+def ltx_rope(dims, dim, steps):
+    """LTX-Video from its formula in float64: coordinates -1 + i * step per axis, frequencies
+    (pi / 2) * 1e4 ** (k / (n - 1)), (t, h, w) per frequency, pairs, dim % 6 still channels
+    first."""
+    n = dim // 6
+    ladder = np.pi / 2 * 1e4 ** (np.arange(n) / (n - 1))
+    grids = np.meshgrid(*[-1 + st * np.arange(m) for st, m in zip(steps, dims, strict=True)],
+                        indexing="ij")  # fmt: skip
+    coords = np.stack([g.reshape(-1) for g in grids], axis=-1)  # [N, 3]
+    theta = (ladder[None, :, None] * coords[:, None, :]).reshape(len(coords), -1)
+    theta = np.concatenate([np.zeros((len(coords), (dim % 6) // 2)), theta], axis=1)
+    theta = np.repeat(theta, 2, axis=1)
+    return np.cos(theta), np.sin(theta)

@@ -11,20 +11,16 @@ import pytest
 
 import posenc
 from posenc.errors import PosencError
+from tests import reference
 
 torch = pytest.importorskip("torch")
 from posenc.torch import AxialRotaryEmbedding  # noqa: E402
 
 
-def _float64(dims, axes, base, starts, steps, layout="interleaved", blocks=None):
-    blocks = blocks or list(range(len(dims)))
-    grids = np.meshgrid(*[s0 + st * np.arange(n) for s0, st, n in zip(starts, steps, dims,
-                        strict=True)], indexing="ij")  # fmt: skip
-    parts = [grids[g].reshape(-1)[:, None] * base ** (-np.arange(0, d, 2) / d)
-             for d, g in zip(axes, blocks, strict=True)]  # fmt: skip
-    theta = np.concatenate(parts, axis=1)
-    theta = np.repeat(theta, 2, 1) if layout == "interleaved" else np.concatenate([theta] * 2, 1)
-    return np.cos(theta), np.sin(theta)
+def _float64(dims, axes, base, starts, steps, blocks=None):
+    """The float64 tables of a grid at positions ``start + i * step`` (interleaved)."""
+    positions = [s0 + st * np.arange(n) for s0, st, n in zip(starts, steps, dims, strict=True)]
+    return reference.axial_rope(dims, axes, base, blocks or list(range(len(dims))), positions)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import posenc
+from tests import reference
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from posenc.torch import patch  # noqa: E402
-from tests.test_rope_vision import _ltx_reference  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -116,20 +116,14 @@ def test_compat_is_identical_and_exact_is_close(family):
     assert len(patch(compat)) == 0
 
 
-def _float64_tables(dims, axes, base):
-    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in dims], indexing="ij")
-    parts = [g.reshape(-1)[:, None] * base ** (-np.arange(0, d, 2) / d) for g, d in
-             zip(grids, axes, strict=True)]  # fmt: skip
-    theta = np.repeat(np.concatenate(parts, axis=1), 2, axis=1)
-    return np.cos(theta), np.sin(theta)
-
-
 def test_exact_tables_are_the_float64_ones_rounded_once():
     hunyuan = _hunyuan()
     patch(hunyuan)
     latents = torch.zeros(1, 4, 33, 90, 160)  # 720p, 129 frames: 33 x 45 x 80 patches
     got = hunyuan.rope(latents)
-    want = _float64_tables((33, 45, 80), (8, 12, 12), 256.0)
+    want = reference.axial_rope(
+        (33, 45, 80), (8, 12, 12), 256.0, (0, 1, 2), [np.arange(n) for n in (33, 45, 80)]
+    )
     original = _hunyuan().rope(latents)
     for g, o, w in zip(got, original, want, strict=True):
         ours = np.abs(g.double().numpy() - w)
@@ -253,7 +247,7 @@ def test_ltx_video():
         # move by about that much, far from a wrong table's O(1)
         torch.testing.assert_close(_out(exact, x), _out(model, x), rtol=0, atol=5e-2)
     cos, sin = exact.rope(torch.zeros(1), 16, 22, 40, rope_interpolation_scale=(8 / 25, 32, 32))
-    want = _ltx_reference((16, 22, 40), 96, (0.032, 0.03125, 0.03125))
+    want = reference.ltx_rope((16, 22, 40), 96, (0.032, 0.03125, 0.03125))
     for g, w64 in zip((cos[0], sin[0]), want, strict=True):
         np.testing.assert_array_less(np.abs(g.double().numpy() - w64), 6e-8 * np.abs(w64) + 1e-38)
     exact.load_state_dict(model.state_dict(), strict=True)

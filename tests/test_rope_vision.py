@@ -13,28 +13,12 @@ import pytest
 
 import posenc
 from posenc.errors import PosencError
+from tests.reference import axial_rope, ltx_rope
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from diffusers.models import embeddings  # noqa: E402
 from diffusers.models.transformers import transformer_hunyuan_video, transformer_wan  # noqa: E402
-
-
-def reference(dims, axes_dim, base, blocks, positions, layout="interleaved"):
-    """float64 (cos, sin) ``[prod(dims), sum(axes_dim)]``: block ``a`` encodes grid axis
-    ``blocks[a]`` at ``positions[blocks[a]]`` with frequencies ``base ** (-2j / d_a)``."""
-    grids = np.meshgrid(*[np.asarray(p, dtype=np.float64) for p in positions], indexing="ij")
-    coords = [g.reshape(-1) for g in grids]
-    angles = []
-    for d, g in zip(axes_dim, blocks, strict=True):
-        omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-        angles.append(coords[g][:, None] * omega[None])
-    theta = np.concatenate(angles, axis=1)
-    if layout == "interleaved":
-        theta = np.repeat(theta, 2, axis=1)
-    else:
-        theta = np.concatenate([theta, theta], axis=1)
-    return np.cos(theta), np.sin(theta)
 
 
 def assert_exact(got, want):
@@ -66,7 +50,7 @@ def test_wan(frames, height, width, head):
     assert torch.equal(sin, want_sin)
     side = 2 * (head // 6)
     axes = (head - 2 * side, side, side)
-    ref = reference((frames, height, width), axes, 1e4, (0, 1, 2),
+    ref = axial_rope((frames, height, width), axes, 1e4, (0, 1, 2),
                     [np.arange(n) for n in (frames, height, width)])  # fmt: skip
     for got, want in zip(posenc.rope_grid((frames, height, width), head, preset="wan"), ref,
                          strict=True):  # fmt: skip
@@ -82,7 +66,7 @@ def test_wan_on_a_host_with_mps(monkeypatch):
     got = posenc.rope_grid((21, 45, 80), 128, preset="wan", compat="diffusers-mps",
                            dtype=torch.float32)  # fmt: skip
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-    ref = reference((21, 45, 80), (44, 42, 42), 1e4, (0, 1, 2), [np.arange(21),
+    ref = axial_rope((21, 45, 80), (44, 42, 42), 1e4, (0, 1, 2), [np.arange(21),
                     np.arange(45), np.arange(80)])  # fmt: skip
     mps_error = max(np.abs(w.double().numpy() - r).max() for w, r in zip(want, ref, strict=True))
     assert mps_error > 1e-6  # the float32 angles' error (2.6e-6 in the catalogue)
@@ -101,7 +85,7 @@ def test_hunyuan_video(frames, height, width):
     got = posenc.rope_grid((frames, height, width), 128, preset="hunyuan-video",
                            compat="diffusers", dtype=torch.float32)  # fmt: skip
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-    ref = reference((frames, height, width), (16, 56, 56), 256.0, (0, 1, 2),
+    ref = axial_rope((frames, height, width), (16, 56, 56), 256.0, (0, 1, 2),
                     [np.arange(n) for n in (frames, height, width)])  # fmt: skip
     exact = posenc.rope_grid((frames, height, width), 128, preset="hunyuan-video")
     for g, r in zip(exact, ref, strict=True):
@@ -139,7 +123,7 @@ def test_cogvideox_crop_grids(frames, grid, base):
     assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
     positions = [np.arange(frames), _numpy_crop(top_left[0], bottom_right[0], h),
                  _numpy_crop(top_left[1], bottom_right[1], w)]  # fmt: skip
-    ref = reference((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2), positions)
+    ref = axial_rope((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2), positions)
     for g, r in zip(posenc.rope_grid((frames, h, w), 64, preset="cogvideox", crop=crop), ref,
                     strict=True):  # fmt: skip
         assert_exact(g, r)
@@ -154,7 +138,7 @@ def test_cogvideox_slice_grids(frames, grid):
     got = posenc.rope_grid((frames, h, w), 64, preset="cogvideox", compat="diffusers",
                            dtype=torch.float32)  # fmt: skip
     assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
-    ref = reference((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2),
+    ref = axial_rope((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2),
                     [np.arange(n) for n in (frames, h, w)])  # fmt: skip
     for g, r in zip(posenc.rope_grid((frames, h, w), 64, preset="cogvideox"), ref, strict=True):
         assert_exact(g, r)
@@ -176,7 +160,7 @@ def test_hunyuan_dit(size, crop):
                            dtype=torch.float32)  # fmt: skip
     assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
     positions = [_numpy_crop(crop[0][0], crop[1][0], h), _numpy_crop(crop[0][1], crop[1][1], w)]
-    ref = reference((h, w), (44, 44), 1e4, (1, 0), positions)
+    ref = axial_rope((h, w), (44, 44), 1e4, (1, 0), positions)
     exact = posenc.rope_grid((h, w), 88, preset="hunyuan-dit", crop=crop)
     for g, r in zip(exact, ref, strict=True):
         assert_exact(g, r)
@@ -211,7 +195,7 @@ def float32_only(monkeypatch):
 )  # fmt: skip
 def test_float32_only_path(float32_only, preset, dims, head, kw, axes, base, positions):
     cos, sin = posenc.rope_grid(dims, head, preset=preset, dtype=torch.float32, **kw)
-    ref = reference(dims, axes, base, (0, 1, 2), positions or [np.arange(n) for n in dims])
+    ref = axial_rope(dims, axes, base, (0, 1, 2), positions or [np.arange(n) for n in dims])
     for got, want in zip((cos, sin), ref, strict=True):
         assert np.abs(got.double().numpy() - want).max() < 1e-6
 
@@ -222,7 +206,7 @@ def test_float32_only_path(float32_only, preset, dims, head, kw, axes, base, pos
 
 def test_grid_positions_follow_start_and_step():
     cos, sin = posenc.rope_grid((4, 6), 32, axes_dim=(16, 16), start=(2.5, -3), step=(0.5, 2))
-    ref = reference((4, 6), (16, 16), 1e4, (0, 1), [2.5 + 0.5 * np.arange(4),
+    ref = axial_rope((4, 6), (16, 16), 1e4, (0, 1), [2.5 + 0.5 * np.arange(4),
                     -3 + 2 * np.arange(6)], layout="halves")  # fmt: skip
     assert_exact(cos, ref[0])
     assert_exact(sin, ref[1])
@@ -234,13 +218,13 @@ def test_grid_positions_follow_start_and_step():
 def test_halves_hold_every_block_in_both_halves():
     cos, _ = posenc.rope_grid((3, 5), 16, axes_dim=(8, 8), layout="halves")
     np.testing.assert_array_equal(cos[:, :8], cos[:, 8:])
-    ref, _ = reference((3, 5), (8, 8), 1e4, (0, 1), [np.arange(3), np.arange(5)], "halves")
+    ref, _ = axial_rope((3, 5), (8, 8), 1e4, (0, 1), [np.arange(3), np.arange(5)], "halves")
     assert_exact(cos, ref)
 
 
 def test_axes_scale_multiplies_each_block():
     cos, sin = posenc.rope_grid((5, 4), 32, axes_dim=(16, 16), axes_scale=(2 * math.pi, 0.25))
-    plain = reference((5, 4), (16, 16), 1e4, (0, 1), [2 * math.pi * np.arange(5),
+    plain = axial_rope((5, 4), (16, 16), 1e4, (0, 1), [2 * math.pi * np.arange(5),
                       0.25 * np.arange(4)], layout="halves")  # fmt: skip
     assert_exact(cos, plain[0])
     assert_exact(sin, plain[1])
@@ -252,7 +236,7 @@ def test_torch_output_follows_dtype_and_like():
     assert cos.shape == (24, 128)
     like = torch.zeros(1, dtype=torch.float64)
     cos64, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", like=like, dtype=torch.float64)
-    ref, _ = reference((2, 3, 4), (44, 42, 42), 1e4, (0, 1, 2), [np.arange(2), np.arange(3),
+    ref, _ = axial_rope((2, 3, 4), (44, 42, 42), 1e4, (0, 1, 2), [np.arange(2), np.arange(3),
                        np.arange(4)])  # fmt: skip
     np.testing.assert_allclose(cos64.numpy(), ref, rtol=0, atol=1e-15)
     assert cos.float().sub(cos64.float()).abs().max() <= 2**-8
@@ -343,8 +327,8 @@ def test_apply_rope_compat_arguments():
 def test_axes_base_gives_each_block_its_own_base():
     cos, sin = posenc.rope_grid((3, 5), 32, axes_dim=(16, 16), axes_base=(2e4, 300.0),
                                 layout="interleaved")  # fmt: skip
-    ref_t = reference((3, 5), (16,), 2e4, (0,), [np.arange(3), np.arange(5)])
-    ref_w = reference((3, 5), (16,), 300.0, (1,), [np.arange(3), np.arange(5)])
+    ref_t = axial_rope((3, 5), (16,), 2e4, (0,), [np.arange(3), np.arange(5)])
+    ref_w = axial_rope((3, 5), (16,), 300.0, (1,), [np.arange(3), np.arange(5)])
     assert_exact(cos, np.concatenate([ref_t[0], ref_w[0]], axis=1))
     assert_exact(sin, np.concatenate([ref_t[1], ref_w[1]], axis=1))
     from posenc.torch import AxialRotaryEmbedding
@@ -395,24 +379,9 @@ def test_qwen_image(fhw):
     assert torch.equal(torch.complex(cos, sin), video)
     f, h, w = fhw
     positions = [np.arange(f), np.arange(h) - (h - h // 2), np.arange(w) - (w - w // 2)]
-    ref = reference(fhw, (16, 56, 56), 1e4, (0, 1, 2), positions)
+    ref = axial_rope(fhw, (16, 56, 56), 1e4, (0, 1, 2), positions)
     for got, want in zip(posenc.rope_grid(fhw, 128, preset="qwen-image"), ref, strict=True):
         assert_exact(got, want)
-
-
-def _ltx_reference(dims, dim, steps):
-    """LTX-Video from its formula in float64: coordinates -1 + i * step per axis, frequencies
-    (pi / 2) * 1e4 ** (k / (n - 1)), (t, h, w) per frequency, pairs, dim % 6 still channels
-    first."""
-    n = dim // 6
-    ladder = np.pi / 2 * 1e4 ** (np.arange(n) / (n - 1))
-    grids = np.meshgrid(*[-1 + st * np.arange(m) for st, m in zip(steps, dims, strict=True)],
-                        indexing="ij")  # fmt: skip
-    coords = np.stack([g.reshape(-1) for g in grids], axis=-1)  # [N, 3]
-    theta = (ladder[None, :, None] * coords[:, None, :]).reshape(len(coords), -1)
-    theta = np.concatenate([np.zeros((len(coords), (dim % 6) // 2)), theta], axis=1)
-    theta = np.repeat(theta, 2, axis=1)
-    return np.cos(theta), np.sin(theta)
 
 
 @pytest.mark.parametrize(
@@ -432,7 +401,7 @@ def test_ltx_video(dim, dims, fps):
     got = posenc.rope_grid(dims, dim, preset="ltx-video", step=steps, compat="diffusers",
                            dtype=torch.float32)  # fmt: skip
     assert all(torch.equal(g, w[0]) for g, w in zip(got, want, strict=True))
-    ref = _ltx_reference(dims, dim, steps)
+    ref = ltx_rope(dims, dim, steps)
     exact = posenc.rope_grid(dims, dim, preset="ltx-video", step=steps)
     for g, r in zip(exact, ref, strict=True):
         assert_exact(g, r)
@@ -446,7 +415,7 @@ def test_ltx_video(dim, dims, fps):
 def test_ltx_video_float32_only(float32_only):
     steps = (0.032, 0.03125, 0.03125)
     cos, sin = posenc.rope_grid((16, 22, 40), 2048, preset="ltx-video", dtype=torch.float32)
-    for got, want in zip((cos, sin), _ltx_reference((16, 22, 40), 2048, steps), strict=True):
+    for got, want in zip((cos, sin), ltx_rope((16, 22, 40), 2048, steps), strict=True):
         assert np.abs(got.double().numpy() - want).max() < 1e-6
 
 
@@ -463,12 +432,12 @@ def test_cogview4_and_glm_image(h, w):
     got = posenc.rope_grid((h, w), 128, preset="cogview4", compat="diffusers",
                            dtype=torch.float32)  # fmt: skip
     assert all(torch.equal(g, x) for g, x in zip(got, glm, strict=True))
-    ref = reference((h, w), (64, 64), 1e4, (0, 1), [np.arange(h), np.arange(w)], "halves")
+    ref = axial_rope((h, w), (64, 64), 1e4, (0, 1), [np.arange(h), np.arange(w)], "halves")
     for g, r in zip(posenc.rope_grid((h, w), 128, preset="cogview4"), ref, strict=True):
         assert_exact(g, r)
     rows, cols = np.arange(h) * 256 // h, np.arange(w) * 256 // w
     canvas = CogView4RotaryPosEmbed(128, 2, (256, 256))(latents)
-    ref = reference((h, w), (64, 64), 1e4, (0, 1), [rows, cols], "halves")
+    ref = axial_rope((h, w), (64, 64), 1e4, (0, 1), [rows, cols], "halves")
     ids = np.stack(np.meshgrid(rows, cols, indexing="ij"), -1).reshape(-1, 2)
     for g, r, c in zip(posenc.rope(ids, 128, preset="cogview4"), ref, canvas, strict=True):
         assert_exact(g, r)
