@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from posenc.compat.grid import compat_grid
 from posenc.errors import PosencError
-from posenc.evaluate.libs.torch import compat_grid
 
 NO_FLOAT64 = frozenset({"mps", "npu", "neuron"})
 """The device types diffusers' ``maybe_adjust_dtype_for_device`` computes in float32 on."""

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
+from posenc.compat.grid import compat_grid
 from posenc.errors import PosencError
-from posenc.evaluate.libs.torch import compat_grid
 
 
 def sincos_2d(

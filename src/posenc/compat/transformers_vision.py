@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from posenc.compat.grid import compat_grid
 from posenc.errors import PosencError, show
-from posenc.evaluate.libs.torch import compat_grid
 from posenc.spec.presets.vision import centred
 
 Tables = tuple[torch.Tensor, torch.Tensor]
