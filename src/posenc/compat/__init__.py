@@ -2,7 +2,8 @@
 
 - :mod:`.sinusoid`: the float32 tables of the PyTorch tutorial, Whisper, fairseq and diffusers;
 - :mod:`.transformers`: transformers' float32 RoPE, and how its configs map to ``posenc.rope``;
-- :mod:`.diffusers`: diffusers' 2D sin-cos table and its rotary tables (FLUX, the video and image grids);
+- :mod:`.diffusers`: diffusers' 2D sin-cos table and its rotary tables (FLUX, the video and
+  image grids);
 - :mod:`.timm`: timm's float32 2D sin-cos table and rotary tables;
 - :mod:`.transformers_vision`: the rotary tables of transformers' vision towers;
 - :mod:`.rotation`: the originals' rotations (``apply_rope(compat=…)``);
