@@ -13,6 +13,7 @@ first): the stand-ins without ``compat`` are.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -324,6 +325,12 @@ def _check_form(family: str, r: Any, blocks: Sequence[int]) -> None:
         )
 
 
+GROUPS = tuple(
+    f"posenc.compat.diffusers_{g}" for g in ("ids", "video", "gathered", "ltx2", "kandinsky")
+)
+"""The modules of the other diffusers families' replays, each naming its ``FAMILIES``."""
+
+
 def rotary_grid(
     family: str,
     compat: str,
@@ -348,6 +355,13 @@ def rotary_grid(
     Per block, ``get_1d_rotary_pos_embed`` at the positions the family builds, broadcast to
     the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
     NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    for group in GROUPS:  # the families whose replays live in a module of their own
+        module = importlib.import_module(group)
+        if family in module.FAMILIES:
+            out: tuple[Any, Any] = module.rotary_grid(
+                family, compat, dims, r, blocks, starts, steps, cropped=cropped, dtype=dtype,
+                device=device, like=like)  # fmt: skip
+            return out
     _check_form(family, r, blocks)
     replays = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx,
                "cogview4": _cogview4}  # fmt: skip

@@ -22,7 +22,14 @@ from torch import Tensor, nn
 from posenc.api.rope import rope
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
-from posenc.torch import _patch_diffusers_rope
+from posenc.torch import (
+    _patch_diffusers_gathered,
+    _patch_diffusers_ids,
+    _patch_diffusers_kandinsky,
+    _patch_diffusers_ltx2,
+    _patch_diffusers_rope,
+    _patch_diffusers_video,
+)
 from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
     LEARNED,
@@ -326,7 +333,7 @@ def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
 TABLE_NAMES = ("pos_embed", "pos_embedding", "positional_embedding", "position_embedding",
                "position_embeddings", "pe")  # fmt: skip
-_ROTARY = re.compile(r"(Rotary|Rope|RoPE).*Embed|PosEmbed$")
+_ROTARY = re.compile(r"(Rotary|Rope|RoPE|MRoPE).*(Embed|$)|PosEmbed$|EmbedND\d*$|RoPE\d+D$")
 
 
 def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -349,6 +356,16 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return None
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (timesteps, patch_embed, flux_rope,
-                                        *_patch_diffusers_rope.RECOGNISERS, others)  # fmt: skip
+RECOGNISERS: tuple[Recogniser, ...] = (
+    timesteps,
+    patch_embed,
+    flux_rope,
+    *_patch_diffusers_rope.RECOGNISERS,
+    *_patch_diffusers_ids.RECOGNISERS,
+    *_patch_diffusers_video.RECOGNISERS,
+    *_patch_diffusers_gathered.RECOGNISERS,
+    *_patch_diffusers_ltx2.RECOGNISERS,
+    *_patch_diffusers_kandinsky.RECOGNISERS,
+    others,
+)
 """The diffusers recognisers, in the order they are asked (the first answer wins)."""

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from posenc.spec.presets.base import RotaryPreset
 from posenc.spec.presets.vision import VISION_PRESETS
+from posenc.spec.presets.vision_gathered import GATHERED_PRESETS
+from posenc.spec.presets.vision_ids import IDS_PRESETS
+from posenc.spec.presets.vision_kandinsky import KANDINSKY_PRESETS
+from posenc.spec.presets.vision_ltx2 import LTX2_PRESETS
 from posenc.spec.presets.vision_timm import TIMM_PRESETS
 from posenc.spec.presets.vision_transformers import HF_VISION_PRESETS
+from posenc.spec.presets.vision_video import VIDEO_PRESETS
 
 _YARN_V3 = {
     "rope_type": "yarn",
@@ -146,4 +151,15 @@ ROTARY_PRESETS: dict[str, RotaryPreset] = {
         ),
     ]
 }
-ROTARY_PRESETS.update({**VISION_PRESETS, **HF_VISION_PRESETS, **TIMM_PRESETS})
+ROTARY_PRESETS.update(
+    {
+        **VISION_PRESETS,
+        **IDS_PRESETS,
+        **VIDEO_PRESETS,
+        **GATHERED_PRESETS,
+        **LTX2_PRESETS,
+        **KANDINSKY_PRESETS,
+        **HF_VISION_PRESETS,
+        **TIMM_PRESETS,
+    }
+)

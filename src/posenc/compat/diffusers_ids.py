@@ -1,0 +1,29 @@
+"""diffusers' own arithmetic for FLUX-style id tables of other families (HiDream, PRX, Bria, Ernie-
+Image, Krea2): ``compat="diffusers"`` of their presets (reached through
+:func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in ``FAMILIES`` here)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+FAMILIES: tuple[str, ...] = ()
+"""The presets whose ``compat="diffusers"`` tables this module computes."""
+
+
+def rotary_grid(
+    family: str,
+    compat: str,
+    dims: Sequence[int],
+    r: Any,
+    blocks: Sequence[int],
+    starts: Sequence[float],
+    steps: Sequence[float],
+    *,
+    cropped: bool,
+    dtype: Any,
+    device: Any,
+    like: Any,
+) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset=family, compat="diffusers")`` for ``FAMILIES``."""
+    raise NotImplementedError(family)
