@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_rope                 # every section
     python -m benchmarks.bench_rope --only patch    # one section: tables, apply, decode,
-                                                    # compiled, patch or vision (repeatable)
+                                                    # compiled or patch (repeatable)
 
 Side by side in one process, medians of 7 runs (patch: 21 rounds), torch's default threads:
 
@@ -14,11 +14,6 @@ Side by side in one process, medians of 7 runs (patch: 21 rounds), torch's defau
 - decoding: one token at position 100000: the module's step (tables and rotation of q and k)
   against a gather from a precomputed table plus transformers' rotation.
 - compiled: the module against transformers' rotary module and apply, both compiled.
-- vision: the rotary tables of a video's latent grid, head_dim 128 (Wan: 21 x 45 x 80;
-  HunyuanVideo: 33 x 45 x 80), from diffusers' modules (Wan gathers float32 copies of float64
-  tables; HunyuanVideo computes float32 angles per call), from
-  ``posenc.torch.AxialRotaryEmbedding`` (kept rows, copied out) and ``posenc.rope_grid``
-  (computed per call), with each one's max |error| against float64;
 - patch: a small random-weight ``LlamaForCausalLM`` (llama3 scaling, 4 layers, ids
   ``[1, 2048]``) as built, after ``posenc.torch.patch(model)`` (exact) and after
   ``patch(model, compat="original")``, eager and compiled, the three timed in turn in each
@@ -78,7 +73,7 @@ def _apply_row(dtype: torch.dtype, hf_apply: Callable[..., Any], repeats: int) -
     )
 
 
-SECTIONS = ("tables", "apply", "decode", "compiled", "patch", "vision")
+SECTIONS = ("tables", "apply", "decode", "compiled", "patch")
 
 
 def main() -> None:
@@ -108,9 +103,6 @@ def main() -> None:
     if "patch" in only:
         print("\n### A patched Llama forward: ids [1, 2048]\n")
         _patch_rows()
-    if "vision" in only:
-        print("\n### Video tables: a 720p, 81-frame (Wan) or 129-frame (HunyuanVideo) grid\n")
-        _vision_rows()
 
 
 def _table_rows(module: Any, repeats: int) -> None:
@@ -211,7 +203,7 @@ def _llama() -> Any:
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def _interleaved_ms(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+def interleaved_ms(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
     """Medians of ``repeats`` rounds; each round times every function once, in turn (the
     order rotating), so that the machine's load drifts over all of them alike."""
     names = list(fns)
@@ -257,10 +249,10 @@ def _patch_rows(repeats: int = 21) -> None:
     error = {name: float((logits(m) - want).abs().max()) for name, m in models.items()}
     same = {name: torch.equal(logits(m), logits(original)) for name, m in models.items()}
     x, ids_2048 = torch.zeros(1, 2048, 512), torch.arange(2048)[None]
-    rotary = _interleaved_ms(
+    rotary = interleaved_ms(
         {name: lambda m=m: m.model.rotary_emb(x, ids_2048) for name, m in models.items()}, 51
     )
-    eager = _interleaved_ms(
+    eager = interleaved_ms(
         {name: lambda m=m: m(input_ids=ids, use_cache=False) for name, m in models.items()},
         repeats,
     )
@@ -268,7 +260,7 @@ def _patch_rows(repeats: int = 21) -> None:
     compiled = {name: torch.compile(m) for name, m in models.items()}
     for m in compiled.values():  # compile and warm up each
         m(input_ids=ids, use_cache=False)
-    traced = _interleaved_ms(
+    traced = interleaved_ms(
         {name: lambda m=m: m(input_ids=ids, use_cache=False) for name, m in compiled.items()},
         repeats,
     )
@@ -284,34 +276,6 @@ def _patch_rows(repeats: int = 21) -> None:
             f"{traced[name]:.0f} | {traced[name] / traced[first]:.3f} | {rotary[name]:.2f} | "
             f"{error[name]:.2e} | {'yes' if same[name] else 'no'} |"
         )
-
-
-def _vision_rows(repeats: int = 11) -> None:
-    from diffusers.models.transformers import transformer_hunyuan_video, transformer_wan
-
-    print("| family | implementation | ms | x diffusers | max error |")
-    print("|---|---|---|---|---|")
-    for name, grid, original in (
-        ("wan", (21, 45, 80), transformer_wan.WanRotaryPosEmbed(128, (1, 2, 2), 1024)),
-        ("hunyuan-video", (33, 45, 80),
-         transformer_hunyuan_video.HunyuanVideoRotaryPosEmbed(2, 1, [16, 56, 56], 256.0)),
-    ):  # fmt: skip
-        latents = torch.zeros(1, 1, grid[0], 2 * grid[1], 2 * grid[2])
-        module = posenc.torch.AxialRotaryEmbedding(128, preset=name)
-        fns = {
-            "diffusers": lambda o=original, x=latents: o(x),
-            "AxialRotaryEmbedding": lambda m=module, g=grid: m(g),
-            "posenc.rope_grid": lambda n=name, g=grid: posenc.rope_grid(
-                g, 128, preset=n, dtype=torch.float32
-            ),
-        }
-        truth = posenc.rope_grid(grid, 128, preset=name, dtype=np.float64)
-        times = _interleaved_ms(fns, repeats)
-        for label, fn in fns.items():
-            cos, sin = (t.reshape(-1, 128).double().numpy() for t in fn())
-            err = max(np.abs(cos - truth[0]).max(), np.abs(sin - truth[1]).max())
-            ratio = times[label] / times["diffusers"]
-            print(f"| {name} | {label} | {times[label]:.1f} | {ratio:.2f} | {err:.2g} |")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ library, the references and originals more than one test file uses.
 - `exact_table`: the paper's table from mpmath at 60 digits.
 - `rotated` / `qk`: a rotation in float64 from the formula, and query and key inputs.
 - `compile_counter`: a torch.compile backend that counts the graphs it is given.
+- `onnx_session`: a module exported to ONNX with dynamic shapes, and an onnxruntime session.
 - `hf_rotary_module`: transformers' own rotary module for a config.
 - `tutorial_table`, `whisper_float32`, `fairseq_float32`: the originals' own float32 tables,
   as published.
@@ -306,3 +307,18 @@ def fairseq_float32(num_embeddings: int, dim: int, padding_idx: int) -> Any:
     emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
     emb[padding_idx, :] = 0
     return emb
+
+
+def onnx_session(module: Any, args: tuple[Any, ...], dynamic_shapes: Any, path: Any) -> Any:
+    """``module`` exported to ONNX (the dynamo exporter) at ``path``, and an onnxruntime
+    session on it with its input names (skipped without onnxruntime and onnxscript)."""
+    import torch
+
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    program = torch.onnx.export(
+        module, args, dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False
+    )
+    program.save(str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session, [i.name for i in session.get_inputs()]

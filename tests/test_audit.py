@@ -352,7 +352,7 @@ def test_every_field_read_has_a_rule():
     import ast
     import inspect
 
-    from posenc.app import audit_fields, audit_models
+    from posenc.app import audit_fields, audit_models, audit_vision
     from posenc.spec.scaling import RULES
 
     def config_like(node: ast.AST) -> bool:  # cfg, rp (its rope parameters), (cfg.get(x) or {})
@@ -361,7 +361,8 @@ def test_every_field_read_has_a_rule():
         )
 
     read: set[str] = set()
-    for node in ast.walk(ast.parse(inspect.getsource(audit_models))):
+    source = inspect.getsource(audit_models) + inspect.getsource(audit_vision)
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get":
             arg = node.args[0] if node.args and config_like(node.func.value) else None
         elif isinstance(node, ast.Subscript) and config_like(node.value):
@@ -387,6 +388,6 @@ def test_timm_configs(tmp_path):
     assert record["max_position"] == 23
     assert record["float32_error"] is None
     assert "posenc.torch.patch(model)" in record["fix"]
-    cfg["architecture"] = "eva02_base_patch14_224.mim_in22k"
+    cfg["architecture"] = "vit_base_patch16_rope_mixed_224.naver_in1k"
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(run("audit", str(tmp_path)), "rotates by its positions")
+    assert_one_line_error(run("audit", str(tmp_path)), "learned frequencies")

@@ -12,6 +12,7 @@ import pytest
 import posenc
 from posenc.errors import PosencError
 from tests import reference
+from tests.helpers import onnx_session
 
 torch = pytest.importorskip("torch")
 from posenc.torch import AxialRotaryEmbedding  # noqa: E402
@@ -112,6 +113,19 @@ def test_export_has_no_float64_and_stays_within_1e_6():
         want = _float64(dims, (44, 42, 42), 1e4, (0, 0, 0), (1, 1, 1))
         assert np.abs(cos.double().numpy() - want[0]).max() < 1e-6
         assert np.abs(sin.double().numpy() - want[1]).max() < 1e-6
+
+
+def test_onnx_runs_in_onnxruntime_within_1e_6_at_three_grids(tmp_path):
+    f, h, w = (torch.export.Dim(n, min=2, max=512) for n in ("f", "h", "w"))
+    session, (name,) = onnx_session(_Video().eval(), (torch.zeros(1, 1, 3, 4, 5),),
+                                    ({2: f, 3: h, 4: w},), tmp_path / "axial.onnx")  # fmt: skip
+    for dims in [(3, 4, 5), (7, 2, 9), (21, 45, 80)]:
+        cos, sin = session.run(None, {name: np.zeros((1, 1, *dims), np.float32)})
+        assert cos.dtype == np.float32
+        assert cos.shape == (int(np.prod(dims)), 128)
+        want = _float64(dims, (44, 42, 42), 1e4, (0, 0, 0), (1, 1, 1))
+        assert np.abs(cos - want[0]).max() < 1e-6
+        assert np.abs(sin - want[1]).max() < 1e-6
 
 
 def test_positions_that_follow_the_grid_size():

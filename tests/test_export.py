@@ -12,7 +12,7 @@ import pytest
 
 import posenc
 from tests import reference as ref
-from tests.helpers import qk, raises, rotated
+from tests.helpers import onnx_session, qk, raises, rotated
 
 torch = pytest.importorskip("torch")
 
@@ -35,19 +35,6 @@ def _float64_nodes(program) -> list[str]:
         if any(getattr(v, "dtype", None) == torch.float64 for v in vals):
             out.append(str(node.target))
     return out
-
-
-def _onnx(module, args, dynamic_shapes, path):
-    """``module`` exported to ONNX (the dynamo exporter) at ``path``, and an onnxruntime
-    session on it with its input names (skipped without onnxruntime and onnxscript)."""
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
-    program = torch.onnx.export(
-        module, args, dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False
-    )
-    program.save(str(path))
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session, [i.name for i in session.get_inputs()]
 
 
 # TorchScript (issue 13, item 6)
@@ -128,7 +115,9 @@ def test_onnx_graph_has_no_double_and_runs_within_1e_6(tmp_path):
     m = PositionalEncoding(64).eval()
     seq = torch.export.Dim("seq", min=2, max=1 << 20)
     path = tmp_path / "pe.onnx"
-    session, names = _onnx(m, (torch.zeros(1, 8, 64), torch.arange(8)), ({1: seq}, {0: seq}), path)
+    session, names = onnx_session(
+        m, (torch.zeros(1, 8, 64), torch.arange(8)), ({1: seq}, {0: seq}), path
+    )
     import onnx
 
     model = onnx.load(str(path))
@@ -176,7 +165,9 @@ def test_torch_export_dynamic_length():
 def test_onnx_export_runs_in_onnxruntime_at_two_lengths(tmp_path):
     model = _Block().eval()
     seq = torch.export.Dim("seq", min=2, max=100_000)
-    session, (name,) = _onnx(model, (torch.randn(2, 16, 32),), ({1: seq},), tmp_path / "b.onnx")
+    session, (name,) = onnx_session(
+        model, (torch.randn(2, 16, 32),), ({1: seq},), tmp_path / "b.onnx"
+    )
     for length in (16, 2500):
         x = torch.randn(2, length, 32)
         (got,) = session.run(None, {name: x.numpy()})
@@ -211,7 +202,9 @@ def test_torch_export_dynamic_length_without_float64():
 def test_onnx_runs_in_onnxruntime_at_two_lengths(tmp_path):
     seq = torch.export.Dim("seq", min=2, max=1 << 20)
     q, k = qk(1, 4, 16, 96)
-    session, names = _onnx(_Attention().eval(), (q, k), ({2: seq}, {2: seq}), tmp_path / "r.onnx")
+    session, names = onnx_session(
+        _Attention().eval(), (q, k), ({2: seq}, {2: seq}), tmp_path / "r.onnx"
+    )
     for length in (16, 1000):
         q, k = qk(1, 4, length, 96)
         gq, gk = session.run(None, {names[0]: q.numpy(), names[1]: k.numpy()})

@@ -160,3 +160,19 @@ def test_offsets_and_boundaries_are_checked_compiled_too(kwargs, message, compil
     error = RuntimeError if compiled else posenc.PosencError
     with pytest.raises(error, match=message):
         run(x, **kwargs)
+
+
+@pytest.mark.parametrize("compat", [None, "diffusers", "transformers"])
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_apply_rope_compiles_to_one_graph(layout, compat):
+    """posenc.apply_rope inside a compiled function: no graph break, the eager numbers."""
+    import posenc
+
+    cos, sin = posenc.rope(torch.arange(16), 32, layout=layout, dtype=torch.float32)
+    x = torch.randn(2, 3, 16, 32, dtype=torch.bfloat16)
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        return posenc.apply_rope(x, cos, sin, layout, compat=compat)
+
+    compiled = torch.compile(rotate, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x), rotate(x))

@@ -26,6 +26,7 @@ from posenc.app.audit_models import (
     timm_findings,
     transformers_findings,
 )
+from posenc.app.audit_vision import timm_vision_findings, vision_findings
 from posenc.errors import PosencError
 
 RECORD = ("component", "where", "encoding", "equivalent", "max_position", "positions",
@@ -114,13 +115,7 @@ def audit(path: Path) -> tuple[list[Finding], list[str]]:
             raise PosencError(f"{str(path)!r} ({component}): {err}") from None
     for component, cfg in read_configs:
         diffusers = "_class_name" in cfg or "_diffusers_version" in cfg
-        read = (
-            timm_findings
-            if is_timm(cfg)
-            else diffusers_findings
-            if diffusers
-            else transformers_findings
-        )
+        read = _timm if is_timm(cfg) else _diffusers if diffusers else transformers_findings
         try:
             found = read(cfg, component)
         except PosencError as err:
@@ -135,6 +130,14 @@ def audit(path: Path) -> tuple[list[Finding], list[str]]:
                           f"{'; '.join(skipped)}")  # fmt: skip
     missing = torch_missing()
     return [_measure(f, missing) for f in findings], skipped
+
+
+def _diffusers(cfg: dict[str, Any], component: str) -> list[Finding]:
+    return vision_findings(cfg, component) or diffusers_findings(cfg, component)
+
+
+def _timm(cfg: dict[str, Any], component: str) -> list[Finding]:
+    return timm_vision_findings(cfg, component) or timm_findings(cfg, component)
 
 
 def _measure(f: Finding, missing: str | None) -> Finding:

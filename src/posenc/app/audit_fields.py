@@ -23,6 +23,10 @@ def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
 
 
+def _positives(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(_number(x) and x > 0 for x in v)
+
+
 _SIZES = ("max_position_embeddings", "max_source_positions", "d_model", "hidden_size",
           "num_attention_heads", "head_dim", "attention_head_dim", "in_channels",
           "pos_embed_max_size", "original_max_position_embeddings", "num_features")  # fmt: skip
@@ -35,9 +39,11 @@ FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                              lambda v: (_integer(v) and v > 0) or _integers(v, 1))),
     **dict.fromkeys(("rope_theta", "rotary_emb_base", "partial_rotary_factor", "rotary_pct",
                      "freq_shift", "interpolation_scale"), ("a number", _number)),
-    **dict.fromkeys(("flip_sin_to_cos", "guidance_embeds"), ("true or false",
-                                                             lambda v: isinstance(v, bool))),
-    **dict.fromkeys(("axes_dims_rope", "block_out_channels", "mrope_section", "input_size"),
+    **dict.fromkeys(("flip_sin_to_cos", "guidance_embeds", "use_rotary_positional_embeddings"),
+                    ("true or false", lambda v: isinstance(v, bool))),
+    "rope_scale": ("a non-empty list of positive numbers", _positives),
+    **dict.fromkeys(("axes_dims_rope", "block_out_channels", "mrope_section", "input_size",
+                     "rope_axes_dim"),
                     ("a non-empty list of positive integers", lambda v: _integers(v, 1))),
     **dict.fromkeys(("rope_parameters", "rope_scaling", "text_config", "pretrained_cfg"),
                     ("an object", lambda v: isinstance(v, dict))),

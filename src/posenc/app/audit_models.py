@@ -391,9 +391,10 @@ def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
 
 # --- timm --------------------------------------------------------------------------------------
 
-TIMM_ROTARY = ("rope", "eva02", "dinov3")
+TIMM_ROTARY = ("rope", "eva02", "dinov3", "vit_pe_")
 """Names of timm architectures whose positions are rotary (EVA-02, the ViT-RoPE variants,
-DINOv3): not covered yet."""
+Perception Encoder, DINOv3): those posenc has no preset for (learned frequencies) are errors
+saying so; the others are :mod:`posenc.app.audit_vision`'s."""
 
 
 def is_timm(cfg: dict[str, Any]) -> bool:
@@ -406,8 +407,8 @@ def timm_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
     named and not measured; a rotary architecture is an error saying so."""
     arch = str(cfg["architecture"])
     if any(word in arch for word in TIMM_ROTARY):
-        raise PosencError(f"timm architecture {arch!r} rotates by its positions (a timm "
-                          "RotaryEmbedding): not covered yet")  # fmt: skip
+        raise PosencError(f"timm architecture {arch!r} rotates by learned frequencies (timm's "
+                          "RotaryEmbeddingMixed): no formula to be exact to")  # fmt: skip
     if not arch.startswith(("vit_", "deit")):
         return []
     size = (cfg.get("pretrained_cfg") or {}).get("input_size") or [3, 224, 224]

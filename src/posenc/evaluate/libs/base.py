@@ -37,10 +37,12 @@ def dtype_name(dtype: Any) -> str:
     array-api-strict); ``None`` is posenc's default, float32."""
     if dtype is None:
         return "float32"
-    try:
-        return str(np.dtype(dtype).name)
-    except TypeError:
-        return str(getattr(dtype, "name", None) or dtype).rsplit(".", 1)[-1]
+    if isinstance(dtype, str | np.dtype | type):  # NumPy's and JAX's (never np.dtype(torch
+        try:  # dtype): torch.compile cannot trace that)
+            return str(np.dtype(dtype).name)
+        except TypeError:
+            pass
+    return str(getattr(dtype, "name", None) or dtype).rsplit(".", 1)[-1]
 
 
 def itemsize(dtype: Any) -> int:

@@ -1,0 +1,151 @@
+"""``posenc audit`` on image and video rotary models: diffusers configs with the fields and
+defaults the real classes write (read from their signatures, nothing built or downloaded),
+timm ``config.json`` files, and the float32 figures checked against the originals' own
+modules computed here and a float64 reference written from the formula."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import reference
+from tests.test_cli import assert_one_line_error, run
+
+torch = pytest.importorskip("torch")
+D = pytest.importorskip("diffusers")
+
+FAMILIES = {  # class: (where, preset, extra config fields)
+    "WanTransformer3DModel": ("WanRotaryPosEmbed", "wan", {}),
+    "SkyReelsV2Transformer3DModel": ("WanRotaryPosEmbed", "wan", {}),
+    "HunyuanVideoTransformer3DModel": ("HunyuanVideoRotaryPosEmbed", "hunyuan-video", {}),
+    "CosmosTransformer3DModel": ("CosmosRotaryPosEmbed", "cosmos", {}),
+    "QwenImageTransformer2DModel": ("QwenEmbedRope", "qwen-image", {}),
+    "LTXVideoTransformer3DModel": ("LTXVideoRotaryPosEmbed", "ltx-video", {}),
+    "CogView4Transformer2DModel": ("CogView4RotaryPosEmbed", "cogview4", {}),
+    "GlmImageTransformer2DModel": ("CogView4RotaryPosEmbed", "cogview4", {}),
+    "CogVideoXTransformer3DModel": ("get_3d_rotary_pos_embed", "cogvideox",
+                                    {"use_rotary_positional_embeddings": True}),
+    "HunyuanDiT2DModel": ("get_2d_rotary_pos_embed", "hunyuan-dit", {}),
+}  # fmt: skip
+
+
+def _config(name: str, extra: dict) -> dict:
+    """The config diffusers' ``save_config`` writes for the class built with its defaults."""
+    sig = inspect.signature(getattr(D, name).__init__)
+    cfg = {k: p.default for k, p in sig.parameters.items()
+           if p.default is not inspect.Parameter.empty and k != "self"}  # fmt: skip
+    cfg = json.loads(json.dumps(cfg, default=lambda v: list(v) if isinstance(v, tuple) else None))
+    return {"_class_name": name, "_diffusers_version": D.__version__, **cfg, **extra}
+
+
+def _audit(folder: Path, cfg: dict) -> list[dict]:
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    proc = run("audit", str(folder), "--json")
+    assert proc.returncode == 0, proc.stderr
+    records: list[dict] = json.loads(proc.stdout)
+    return records
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_each_family_is_named_and_measured(tmp_path, name):
+    where, preset, extra = FAMILIES[name]
+    (record,) = _audit(tmp_path / name, _config(name, extra))
+    assert where in record["where"]
+    assert f"preset='{preset}'" in record["equivalent"]
+    assert isinstance(record["float32_error"], float)
+    assert 1e-8 < record["float32_error"] < 1e-2, record
+    assert record["fix"]
+
+
+def test_cogvideox_without_rotary_is_not_called_rotary(tmp_path):
+    """CogVideoX-2B has a fixed 3D sin-cos buffer instead (not audited yet)."""
+    cfg = _config("CogVideoXTransformer3DModel", {"use_rotary_positional_embeddings": False})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run("audit", str(tmp_path)), "not recognised")
+
+
+def _against_float64(cos, sin, dims, axes, base):
+    want = reference.axial_rope(dims, axes, base, list(range(len(dims))),
+                                [np.arange(n, dtype=np.float64) for n in dims])  # fmt: skip
+    got = (cos.reshape(-1, sum(axes)).double().numpy(), sin.reshape(-1, sum(axes)).double().numpy())
+    return max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
+
+
+def test_wan_figures_are_the_modules_own(tmp_path, monkeypatch):
+    """Wan's float32 figure (its float64 tables rounded once), the MPS host's (its float32
+    angles, measured on diffusers' own module built as on a Mac) and the bf16 buffers'."""
+    from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+    (record,) = _audit(tmp_path / "wan", _config("WanTransformer3DModel", {}))
+    latents = torch.zeros(1, 1, 21, 90, 160)
+    linux = WanRotaryPosEmbed(128, (1, 2, 2), 1024)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    mac = WanRotaryPosEmbed(128, (1, 2, 2), 1024)
+    monkeypatch.undo()
+    dims, axes = (21, 45, 80), (44, 42, 42)
+    assert _against_float64(*linux(latents), dims, axes, 1e4) == pytest.approx(
+        record["float32_error"], rel=0.1)  # fmt: skip
+    mps = _against_float64(*mac(latents), dims, axes, 1e4)
+    assert mps > 1e-6
+    assert f"{mps:.3g}" in record["note"]
+    bf16 = _against_float64(*linux.to(torch.bfloat16)(latents), dims, axes, 1e4)
+    assert bf16 == pytest.approx(record["bf16_error"], rel=0.1)
+
+
+def test_hunyuan_video_figure_is_the_modules_own(tmp_path):
+    from diffusers.models.transformers.transformer_hunyuan_video import (
+        HunyuanVideoRotaryPosEmbed,
+    )
+
+    (record,) = _audit(tmp_path / "h", _config("HunyuanVideoTransformer3DModel", {}))
+    module = HunyuanVideoRotaryPosEmbed(2, 1, [16, 56, 56], 256.0)
+    cos, sin = module(torch.zeros(1, 1, 33, 90, 160))
+    err = _against_float64(cos, sin, (33, 45, 80), (16, 56, 56), 256.0)
+    assert err == pytest.approx(record["float32_error"], rel=0.1)
+    assert err > 1e-6  # float32 angles
+
+
+TIMM = {  # architecture, input side: preset
+    ("eva02_large_patch14_448.mim_m38m_ft_in22k_in1k", 448): "eva02",
+    ("vit_base_patch16_rope_224.naver_in1k", 224): "vit-rope",
+    ("vit_base_patch16_rope_reg1_gap_256.sbb_in1k", 256): "eva02",
+    ("vit_pe_core_large_patch14_336.fb", 336): "perception-encoder",
+    ("vit_large_patch16_dinov3.lvd1689m", 224): "dinov3",
+}
+
+
+@pytest.mark.parametrize(("arch", "side"), sorted(TIMM))
+def test_timm_rotary_models(tmp_path, arch, side):
+    cfg = {"architecture": arch, "num_features": 768,
+           "pretrained_cfg": {"input_size": [3, side, side]}}  # fmt: skip
+    (record,) = _audit(tmp_path / "t", cfg)
+    assert f"preset='{TIMM[(arch, side)]}'" in record["equivalent"]
+    assert 1e-8 < record["float32_error"] < 1e-5
+    assert "head width 64 assumed" in record["positions"]
+
+
+def test_eva02_figure_is_timms_own(tmp_path):
+    """EVA-02 L/14 at 448: timm's float32 table (positions i * 16 / 32) against float64."""
+    from timm.layers import RotaryEmbeddingCat
+
+    cfg = {"architecture": "eva02_large_patch14_448", "num_features": 1024,
+           "pretrained_cfg": {"input_size": [3, 448, 448]}}  # fmt: skip
+    (record,) = _audit(tmp_path / "e", cfg)
+    rope = RotaryEmbeddingCat(64, in_pixels=False, feat_shape=[32, 32], ref_feat_shape=[16, 16])
+    sin, cos = rope.get_embed().chunk(2, dim=-1)
+    pos = [np.arange(32) * 0.5] * 2
+    want = reference.axial_rope((32, 32), (32, 32), 1e4, [0, 1], pos)
+    err = max(float(np.abs(cos.double().numpy() - want[0]).max()),
+              float(np.abs(sin.double().numpy() - want[1]).max()))  # fmt: skip
+    assert err == pytest.approx(record["float32_error"], rel=0.1)
+
+
+def test_learned_timm_frequencies_are_one_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"architecture": "vit_base_patch16_rope_mixed_224", "num_features": 768}))  # fmt: skip
+    assert_one_line_error(run("audit", str(tmp_path)), "learned frequencies")
