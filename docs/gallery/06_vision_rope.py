@@ -1,6 +1,10 @@
-"""Rotary tables of image and video models: error against position
+"""Rotary tables of image and video models: wavelengths per axis, error against position
 
-The figure of docs/rope-vision.md: the largest cos/sin error of each family's table at the
+Two figures. The first shows, for each channel of one head, the grid axis it encodes and its
+wavelength (2 pi over its frequency, read back from the table: the angle at position 1 of
+that axis), for four families: how they cut the head into axis blocks, and their layouts
+(pairs side by side when interleaved, a repeated sequence when in halves over the head).
+The second, for docs/rope-vision.md: the largest cos/sin error of each family's table at the
 positions up to p of one grid axis (the last: the width), for p = 1 … 1023, against the
 float64 value of the formula. Curves: the originals' arithmetic as
 posenc's compat modes repeat it bit for bit (diffusers' HunyuanVideo and CogVideoX in float32;
@@ -59,9 +63,51 @@ def errors() -> dict[str, np.ndarray]:
 
 
 MARKS = (10, 100, 300, 600, 1023)
+AXES = ("frames (t)", "rows (h)", "columns (w)")
+WAVELENGTHS = {  # preset: (head dim, number of grid axes)
+    "wan": (128, 3),
+    "hunyuan-video": (128, 3),
+    "cosmos": (128, 3),
+    "pixtral": (64, 2),
+}
+
+
+def wavelengths(preset: str, dim: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel of the head: the grid axis it encodes (-1: none) and its wavelength, from
+    the tables at position 1 of each axis in turn (positions start at 0 on every axis)."""
+    axis = np.full(dim, -1)
+    wave = np.full(dim, np.nan)
+    for a in range(k):
+        shape = tuple(2 if b == a else 1 for b in range(k))
+        cos, sin = posenc.rope_grid(shape, dim, preset=preset, start=0.0, step=1.0,
+                                    dtype=np.float64)  # fmt: skip
+        angle = np.abs(np.arctan2(sin[1], cos[1]))
+        moving = angle > 0
+        axis[moving] = a
+        wave[moving] = 2 * np.pi / angle[moving]
+    return axis, wave
 
 
 def figures() -> Iterator[tuple[str, str, str, Any]]:
+    with plots.style():
+        fig, axes = plots.panels("axial RoPE: the axis and wavelength of each channel", 2, 2,
+                                 9, 6)  # fmt: skip
+        for ax, (preset, (dim, k)) in zip(axes.ravel(), WAVELENGTHS.items(), strict=True):
+            axis, wave = wavelengths(preset, dim, k)
+            for a in range(k):
+                on = axis == a
+                ax.semilogy(np.flatnonzero(on), wave[on], ".", markersize=3,
+                            label=AXES[a + 3 - k])  # fmt: skip
+            ax.set_title(f"{preset} (d = {dim})", loc="left", fontsize=9)
+            ax.set(xlabel="channel of the head", ylabel="wavelength (positions)")
+            ax.legend(loc="lower right", fontsize=7)
+    caption = (
+        "Which grid axis each channel of a head encodes, and its wavelength: Wan's and "
+        "HunyuanVideo's interleaved [t | h | w] blocks (each its own ladder from 2 pi), "
+        "Cosmos's blocks in halves over the head with its per-axis bases, Pixtral's one ladder "
+        "split by parity between rows and columns."
+    )
+    yield "", "rope-vision-wavelengths", caption, fig
     err = errors()
     positions = np.arange(1, N)
     with plots.style():
