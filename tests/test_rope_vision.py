@@ -477,3 +477,37 @@ def test_module_keeps_the_preset_coordinates_a_call_leaves_out():
         RotaryEmbedding(24, preset="ltx-video")
     with pytest.raises(PosencError, match="no axial rule"):
         posenc.rope(torch.zeros(2, 3), 24, preset="ltx-video", compat="transformers")
+
+
+def test_cosmos_bases_follow_the_blocks_given():
+    """Cosmos's per-axis bases come from the blocks' widths, the preset's or the call's."""
+    dims, axes = (3, 4, 5), (64, 32, 32)
+    cos, sin = posenc.rope_grid(dims, 128, preset="cosmos", axes_dim=axes, dtype=np.float64)
+    bases = [1e4 * s ** (d / (d - 2)) for d, s in zip(axes, (2.0, 1.0, 1.0), strict=True)]
+    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in dims], indexing="ij")
+    blocks = zip(grids, axes, bases, strict=True)
+    half = np.concatenate([g.reshape(-1, 1) * b ** (-np.arange(0, d, 2) / d)
+                           for g, d, b in blocks], axis=1)  # fmt: skip
+    np.testing.assert_allclose(cos, np.cos(np.concatenate([half, half], 1)), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sin, np.sin(np.concatenate([half, half], 1)), rtol=0, atol=1e-15)
+    own = posenc.rope_grid(dims, 128, preset="cosmos", axes_dim=(44, 42, 42), dtype=np.float64)
+    assert np.array_equal(own[1], posenc.rope_grid(dims, 128, preset="cosmos", dtype=np.float64)[1])
+    with pytest.raises(PosencError, match="three blocks wider than 2"):
+        posenc.rope_grid((3, 4), 64, preset="cosmos", axes_dim=(32, 32))
+
+
+def test_compat_follows_the_default_dtype_as_exact_does():
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        exact, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", device="cpu")
+        compat, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", device="cpu",
+                                     compat="diffusers")  # fmt: skip
+        hunyuan, _ = posenc.rope_grid((2, 3, 4), 128, preset="hunyuan-video", device="cpu",
+                                      compat="diffusers")  # fmt: skip
+    finally:
+        torch.set_default_dtype(before)
+    assert exact.dtype == compat.dtype == hunyuan.dtype == torch.float64
+    assert torch.equal(compat, exact.float().double())  # Wan's float64 tables, rounded once
+    numpy_out, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", compat="diffusers")
+    assert numpy_out.dtype == np.float32

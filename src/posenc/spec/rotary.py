@@ -177,15 +177,19 @@ def rotary(
         "axes_base": axes_base,
     }
     kw: dict[str, Any] = {"base": 10000.0, "layout": "halves", "interleave_sections": False}
-    axial = None
+    axial = per_block = None
     if preset is not None:
         p = get_rotary_preset(preset)
         kw.update(p.rotary)
         axial = p.axial if axes_dim is None else None  # blocks given: the preset's are not
+        per_block = p.per_block
     kw.update({k: v for k, v in given.items() if v is not None})
     if axial is not None:  # the blocks this width takes, under every keyword given
         width = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
         kw = {**axial(width, check_real("base", kw["base"], positive=True)), **kw}
+    if per_block is not None and kw.get("axes_dim") is not None:  # what follows the blocks
+        widths = _ints("axes_dim", kw["axes_dim"])
+        kw = {**per_block(widths, check_real("base", kw["base"], positive=True)), **kw}
     return _rotary(dim, **kw)
 
 

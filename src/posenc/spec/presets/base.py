@@ -117,6 +117,9 @@ class RotaryPreset:
         axial: for a family whose blocks follow its head width (Wan, CogVideoX, the vision
             towers): ``(dim, base) -> {"axes_dim": …, "axes_scale": …}``, the keywords it
             adds for a given width, under those of ``rotary``.
+        per_block: for a family whose keywords follow its blocks' widths (Cosmos's per-axis
+            bases): ``(axes_dim, base) -> {"axes_base": …}``, applied to the blocks ``axial``
+            gives or the call's ``axes_dim``, under the keywords the call gives.
         block_axes: for :func:`posenc.rope_grid`: the grid axis each block encodes, when it
             is not the block's own index (``(1, 0)``: the column block first, as HunyuanDiT
             and SAM 2 lay them out).
@@ -141,6 +144,7 @@ class RotaryPreset:
     rotary: Mapping[str, Any]
     quirks: str = ""
     axial: Callable[[int, float], Mapping[str, Any]] | None = None
+    per_block: Callable[[tuple[int, ...], float], Mapping[str, Any]] | None = None
     block_axes: tuple[int, ...] | None = None
     positions: Callable[[tuple[int, ...]], tuple[list[float], list[float]]] | None = None
     originals: tuple[str, ...] = ()

@@ -47,8 +47,14 @@ def cosmos_bases(axes: tuple[int, ...], base: float, scale: tuple[float, ...]) -
 
 def _cosmos(dim: int, base: float) -> dict[str, Any]:
     side = dim // 6 * 2
-    axes = _split("cosmos", dim, "h = w = dim // 6 * 2, t the rest", (dim - 2 * side, side, side))
-    return {**axes, "axes_base": cosmos_bases(axes["axes_dim"], base, COSMOS_SCALE)}
+    return _split("cosmos", dim, "h = w = dim // 6 * 2, t the rest", (dim - 2 * side, side, side))
+
+
+def _cosmos_bases(axes: tuple[int, ...], base: float) -> dict[str, Any]:
+    if len(axes) != 3 or min(axes) <= 2:
+        raise PosencError(f"`axes_dim` of cosmos must be three blocks wider than 2 (its bases "
+                          f"base * s ** (d_a / (d_a - 2))), got {axes}")  # fmt: skip
+    return {"axes_base": cosmos_bases(axes, base, COSMOS_SCALE)}
 
 
 def qwen_image_positions(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
@@ -134,6 +140,7 @@ VISION_PRESETS: dict[str, RotaryPreset] = {
             "/ (d_t - 2)), …) (posenc.torch.patch reads the module's own); diffusers computes "
             "in float32 (2.6e-6 off at 704 x 1280, 121 frames)",
             axial=_cosmos,
+            per_block=_cosmos_bases,
             originals=("diffusers",),
         ),
         RotaryPreset(
