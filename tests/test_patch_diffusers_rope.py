@@ -250,6 +250,14 @@ def test_ltx_video():
     want = reference.ltx_rope((16, 22, 40), 96, (0.032, 0.03125, 0.03125))
     for g, w64 in zip((cos[0], sin[0]), want, strict=True):
         np.testing.assert_array_less(np.abs(g.double().numpy() - w64), 6e-8 * np.abs(w64) + 1e-38)
+    # no rope_interpolation_scale: diffusers leaves the grid unscaled (c = i)
+    original = model.rope(torch.zeros(1), 3, 4, 5, rope_interpolation_scale=None)
+    replayed = compat.rope(torch.zeros(1), 3, 4, 5, rope_interpolation_scale=None)
+    assert all(torch.equal(a, b) for a, b in zip(original, replayed, strict=True))
+    cos, sin = exact.rope(torch.zeros(1), 3, 4, 5, rope_interpolation_scale=None)
+    want = reference.ltx_rope((3, 4, 5), 96, (2.0, 2.0, 2.0))  # 2c - 1 = -1 + 2i
+    for g, w64 in zip((cos[0], sin[0]), want, strict=True):
+        np.testing.assert_array_less(np.abs(g.double().numpy() - w64), 6e-8 * np.abs(w64) + 1e-38)
     exact.load_state_dict(model.state_dict(), strict=True)
     assert len(patch(exact)) == 0
 

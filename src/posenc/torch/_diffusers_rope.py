@@ -184,12 +184,13 @@ class LTXRope(nn.Module):
         b, device = hidden_states.size(0), hidden_states.device
         if video_coords is not None:
             return self._coords(video_coords, device)
-        if rope_interpolation_scale is None:
-            raise PosencError("LTXVideoRotaryPosEmbed's grid needs `rope_interpolation_scale`")
         dims = (int(num_frames or 0), int(height or 0), int(width or 0))
-        scales = [float(v) for v in rope_interpolation_scale]
-        steps = [2 * s * p / base for s, p, base in zip(scales, self.patch, self.bases,
-                                                       strict=True)]  # fmt: skip
+        if rope_interpolation_scale is None:  # diffusers leaves the grid unscaled: c = i
+            steps = [2.0, 2.0, 2.0]
+        else:
+            scales = [float(v) for v in rope_interpolation_scale]
+            steps = [2 * s * p / base for s, p, base in zip(scales, self.patch, self.bases,
+                                                           strict=True)]  # fmt: skip
         cos, sin = rope_grid(dims, self.dim, preset="ltx-video", base=self.theta, step=steps,
                              compat=self.compat, dtype=torch.float32, device=device)  # fmt: skip
         return cos[None].expand(b, -1, -1), sin[None].expand(b, -1, -1)
