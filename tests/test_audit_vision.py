@@ -30,6 +30,13 @@ FAMILIES = {  # class: (where, preset, extra config fields)
     "CogVideoXTransformer3DModel": ("get_3d_rotary_pos_embed", "cogvideox",
                                     {"use_rotary_positional_embeddings": True}),
     "HunyuanDiT2DModel": ("get_2d_rotary_pos_embed", "hunyuan-dit", {}),
+    "ChronoEditTransformer3DModel": ("WanRotaryPosEmbed", "wan", {}),
+    "HunyuanImageTransformer2DModel": ("HunyuanImageRotaryPosEmbed", "hunyuan-image", {}),
+    "Kandinsky5Transformer3DModel": ("Kandinsky5RoPE3D", "kandinsky5", {}),
+    "Kandinsky6Transformer3DModel": ("Kandinsky6RoPE3D", "kandinsky6", {}),
+    "Lumina2Transformer2DModel": ("Lumina2RotaryPosEmbed", "lumina2", {}),
+    "ZImageTransformer2DModel": ("RopeEmbedder", "z-image", {}),
+    "AllegroTransformer3DModel": ("get_3d_rotary_pos_embed_allegro", "allegro", {}),
 }  # fmt: skip
 
 

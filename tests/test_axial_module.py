@@ -129,19 +129,18 @@ def test_onnx_runs_in_onnxruntime_within_1e_6_at_three_grids(tmp_path):
 
 
 def test_positions_that_follow_the_grid_size():
-    presets = posenc.presets("rotary")
-    name = "dinov3" if "dinov3" in presets else None
-    if name is None:
-        pytest.skip("no preset with grid-dependent positions")
-    module = AxialRotaryEmbedding(64, preset=name)
+    module = AxialRotaryEmbedding(64, preset="dinov3")  # patch centres of the grid asked for
     cos, _ = module((7, 9))
-    want, _ = posenc.rope_grid((7, 9), 64, preset=name, dtype=torch.float32)
+    want, _ = posenc.rope_grid((7, 9), 64, preset="dinov3", dtype=torch.float32)
     assert torch.equal(cos, want)
 
 
 def test_bad_arguments():
     with pytest.raises(PosencError, match="needs one block per grid axis"):
         AxialRotaryEmbedding(64)
+    for name, dim in (("ltx-video", 2048), ("lumina-next", 72)):  # axes in turn per frequency
+        with pytest.raises(PosencError, match=f"take turns per frequency.*preset='{name}'"):
+            AxialRotaryEmbedding(dim, preset=name)
     with pytest.raises(PosencError, match="`shape` must have 3 axes"):
         AxialRotaryEmbedding(128, preset="wan")((4, 4))
     with pytest.raises(PosencError, match="`cached_length`"):

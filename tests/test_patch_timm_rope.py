@@ -5,8 +5,9 @@ tables identical (float32, bf16 autocast, a bf16 model, two image sizes where th
 dynamic, ``set_input_size``, a cast there and back); the report names the rotary module; the
 exact patch holds the float64 tables written here from the formulas, rounded once (float32
 and bf16), and moves the outputs by float32 noise; the original checkpoint loads with
-strict=True; patching twice changes nothing. RoPE-Mixed (learned), pixel bands, coordinate
-augmentation, DINOv3's min/max periods and MRoPE are left alone, saying why."""
+strict=True; patching twice changes nothing. RoPE-Mixed (learned), coordinate augmentation and
+DINOv3's min/max periods are left alone, saying why (pixel bands, MRoPE, NaFlexViT, SAM and the
+Qwen3 / DeepSeek towers: tests/test_patch_timm_more.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from timm.layers.pos_embed_sincos import (  # noqa: E402
     RotaryEmbedding,
     RotaryEmbeddingCat,
     RotaryEmbeddingDinoV3,
-    RotaryEmbeddingMRope,
 )
 
 from posenc.torch import patch  # noqa: E402
@@ -351,19 +351,15 @@ def test_other_settings_pair_form_and_halves():
 
 def test_what_is_left_alone():
     holder = _Holder(
-        pixels=RotaryEmbeddingCat(64, in_pixels=True, feat_shape=[8, 8]),
         shifted=RotaryEmbeddingDinoV3(64, shift_coords=0.1),
         periods=RotaryEmbeddingDinoV3(64, min_period=0.5, max_period=50.0),
-        mrope=RotaryEmbeddingMRope(64),
     )
     before = dict(holder.named_children())
     rows = {r.path: r for r in patch(holder, compat="original")}
     assert set(rows) == set(before)
     assert all(r.mode is None for r in rows.values())
-    assert "in_pixels" in rows["pixels"].note
     assert "augmentation" in rows["shifted"].note
     assert "min_period" in rows["periods"].note
-    assert rows["mrope"].note.startswith("not covered yet")
     assert dict(holder.named_children()) == before
 
 

@@ -360,3 +360,18 @@ def test_exact_tables_are_views_of_one_array():
     assert cos.base is not None
     assert cos.base is sin.base
     assert as_float64(cos).shape == (10, 8)
+
+
+def test_block_halves_through_rope():
+    """``posenc.rope(..., layout="block-halves", blocks=B)``: the d/2 frequencies cut into B
+    runs, each run laid out as halves of its own block (LTX-2's per-head split)."""
+    p = np.arange(7, dtype=np.float64)
+    cos, sin = posenc.rope(p, 24, layout="block-halves", blocks=3, dtype=np.float64)
+    omega = 1e4 ** (-np.arange(12) * 2 / 24)
+    angles = p[:, None] * omega  # [7, 12]
+    want = np.concatenate([np.concatenate([angles[:, 4 * b : 4 * b + 4]] * 2, axis=1)
+                           for b in range(3)], axis=1)  # fmt: skip
+    np.testing.assert_allclose(cos, np.cos(want), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sin, np.sin(want), rtol=0, atol=1e-15)
+    with raises("`blocks`", "5", "blocks of an even width"):
+        posenc.rope(p, 24, layout="block-halves", blocks=5)

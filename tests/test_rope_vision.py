@@ -511,3 +511,21 @@ def test_compat_follows_the_default_dtype_as_exact_does():
     assert torch.equal(compat, exact.float().double())  # Wan's float64 tables, rounded once
     numpy_out, _ = posenc.rope_grid((2, 3, 4), 128, preset="wan", compat="diffusers")
     assert numpy_out.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_apply_rope_compat_diffusers_is_the_complex_product_too(dtype):
+    """diffusers' complex path (``use_real=False``: Lumina, and Qwen-Image's own
+    ``apply_rotary_emb_qwen``): pairs as complex64 times the complex table, then x's dtype;
+    the same bits as the interleaved real rotation of compat='diffusers'."""
+    from diffusers.models.embeddings import apply_rotary_emb
+    from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 300, 4, 64, generator=gen).to(dtype)  # [B, S, H, D]
+    cos, sin = posenc.rope_grid((3, 10, 10), 64, axes_dim=(16, 24, 24), layout="interleaved",
+                                start=(0, -5, -5), dtype=torch.float32)  # fmt: skip
+    table = torch.complex(cos[:, 0::2].contiguous(), sin[:, 0::2].contiguous())  # [S, D / 2]
+    ours = posenc.apply_rope(x, cos[:, None], sin[:, None], "interleaved", compat="diffusers")
+    assert torch.equal(apply_rotary_emb(x, table[None], use_real=False), ours)
+    assert torch.equal(apply_rotary_emb_qwen(x, table, use_real=False), ours)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, get_args, overload
 import numpy as np
 
 from posenc._types import Floats
-from posenc.errors import PosencError, check_choice, show
-from posenc.evaluate.libs import array_namespace, is_torch
+from posenc.errors import PosencError, check_choice, check_int, show
+from posenc.evaluate.libs import array_namespace, backend_of, is_torch
 from posenc.evaluate.libs.base import FLOATS, dtype_name
 from posenc.spec.rotary import RopeLayout, member_columns, pair_channels
 
@@ -19,24 +19,48 @@ if TYPE_CHECKING:
 
 @overload
 def apply_rope(
-    x: Tensor, cos: Tensor, sin: Tensor, layout: str = ..., *, compat: str | None = ...
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    layout: str = ...,
+    *,
+    blocks: int | None = ...,
+    compat: str | None = ...,
 ) -> Tensor: ...
 
 
 @overload
 def apply_rope(
-    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = ..., *, compat: None = ...
+    x: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    layout: str = ...,
+    *,
+    blocks: int | None = ...,
+    compat: None = ...,
 ) -> Floats: ...
 
 
 @overload
 def apply_rope(
-    x: Any, cos: Any, sin: Any, layout: str = ..., *, compat: str | None = ...
+    x: Any,
+    cos: Any,
+    sin: Any,
+    layout: str = ...,
+    *,
+    blocks: int | None = ...,
+    compat: str | None = ...,
 ) -> Any: ...
 
 
 def apply_rope(
-    x: Any, cos: Any, sin: Any, layout: str = "halves", *, compat: str | None = None
+    x: Any,
+    cos: Any,
+    sin: Any,
+    layout: str = "halves",
+    *,
+    blocks: int | None = None,
+    compat: str | None = None,
 ) -> Any:
     """Rotate the first channels of ``x`` by the tables ``cos, sin``.
 
@@ -50,12 +74,16 @@ def apply_rope(
         layout: the tables' layout: ``"halves"`` pairs channel ``i`` with ``i + w/2``
             (``x * cos + rotate_half(x) * sin``), ``"interleaved"`` pairs ``2i`` with
             ``2i + 1`` (Meta's complex product), ``"compact"`` tables of ``w/2`` columns
-            pair as halves.
+            pair as halves, ``"block-halves"``: halves inside each of ``blocks`` equal blocks
+            of the ``w`` channels (Allegro's three axes, LTX-2's "split" heads).
+        blocks: with ``"block-halves"``, how many blocks (default 1: halves).
         compat: torch only: the original's own arithmetic, bit for bit: ``"diffusers"``
             (``apply_rotary_emb(x, (cos, sin), use_real=True)``: float32 products and sum,
             then ``x``'s dtype; ``use_real_unbind_dim=-1`` is the interleaved layout, ``-2``
-            halves) or ``"transformers"`` (``apply_rotary_pos_emb``: in ``x``'s dtype, the
-            tables cast to it). Default: posenc's rotation, rounded once.
+            halves; ``"block-halves"`` is ``apply_rotary_emb_allegro``), ``"ltx2"`` (LTX-2's
+            ``apply_split_rotary_emb``: ``x * cos`` then ``addcmul_``, halves or
+            ``"block-halves"``) or ``"transformers"`` (``apply_rotary_pos_emb``: in ``x``'s
+            dtype, the tables cast to it). Default: posenc's rotation, rounded once.
 
     Returns:
         The rotated ``x``, same shape and dtype. The arithmetic is float32 (float64 for
@@ -99,6 +127,10 @@ def apply_rope(
             f"`cos` of shape {tuple(cos.shape)} must broadcast against `x` of shape "
             f"{tuple(x.shape)} without enlarging it (insert the head axis: cos[:, None])"
         )
+    if layout == "block-halves":
+        return _block_halves(x, cos, sin, w, blocks, compat)
+    if blocks is not None:
+        raise PosencError(f"`blocks` cuts the 'block-halves' layout, not {layout!r}: drop it")
     if compat is not None:
         return _apply_compat(x, cos, sin, w, layout, compat)
     if is_torch(x):
@@ -106,6 +138,27 @@ def apply_rope(
 
         return apply(x, cos, sin, w, layout)
     return _apply_array(x, cos, sin, w, layout)
+
+
+def _block_halves(x: Any, cos: Any, sin: Any, w: int, blocks: Any, compat: Any) -> Any:
+    """``"block-halves"``: ``x``'s first ``w`` channels and the tables seen as ``[...,
+    blocks, w / blocks]``, each block rotated as halves (elementwise the same arithmetic)."""
+    n = 1 if blocks is None else check_int("blocks", blocks, minimum=1)
+    if w % (2 * n):
+        raise PosencError(
+            f"`blocks` = {n} must cut the rotary width {w} (from `cos` of shape "
+            f"{tuple(cos.shape)}) into blocks of an even width"
+        )
+
+    def cut(t: Any) -> Any:
+        return t.reshape(*t.shape[:-1], n, w // n)
+
+    part = x[..., :w]
+    out = apply_rope(cut(part), cut(cos), cut(sin), "halves", compat=compat)
+    out = out.reshape(*part.shape)
+    if w == x.shape[-1]:
+        return out
+    return backend_of(x).concat([out, x[..., w:]], axis=-1)
 
 
 def _apply_array(x: Any, cos: Any, sin: Any, w: int, layout: str) -> Any:
@@ -143,4 +196,9 @@ def _apply_compat(x: Any, cos: Any, sin: Any, w: int, layout: str, compat: Any) 
         raise PosencError(f"`compat={compat!r}` repeats torch code: pass torch `x`, `cos`, `sin`")
     if layout == "compact":
         raise PosencError(f"`compat={compat!r}` rotates by full-width tables, not 'compact' ones")
+    if compat == "ltx2" and layout != "halves":
+        raise PosencError(
+            "`compat='ltx2'` is LTX-2's split rotation: layout 'halves' or 'block-halves', "
+            f"not {layout!r} (its interleaved one is compat='diffusers')"
+        )
     return rotation.apply(x, cos, sin, w, layout, compat)

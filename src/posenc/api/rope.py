@@ -35,6 +35,7 @@ def rope(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    blocks: int | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Tensor, Tensor]: ...
@@ -55,6 +56,7 @@ def rope(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    blocks: int | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Tensor, Tensor]: ...
@@ -75,6 +77,7 @@ def rope(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    blocks: int | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Floats, Floats]: ...
@@ -95,6 +98,7 @@ def rope(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    blocks: int | None = ...,
     compat: str | None = ...,
     preset: str | None = ...,
 ) -> tuple[Any, Any]: ...
@@ -114,6 +118,7 @@ def rope(
     axes_dim: tuple[int, ...] | None = None,
     axes_scale: tuple[float, ...] | None = None,
     axes_base: tuple[float, ...] | None = None,
+    blocks: int | None = None,
     compat: str | None = None,
     preset: str | None = None,
 ) -> tuple[Any, Any]:
@@ -132,7 +137,9 @@ def rope(
             sin (before the one rounding).
         layout: ``"halves"`` (the default; ``cos[..., i] == cos[..., i + d/2]``: GPT-NeoX, HF
             ``rotate_half``), ``"interleaved"`` (``cos[..., 2i] == cos[..., 2i+1]``: GPT-J,
-            Meta Llama, FLUX) or ``"compact"`` (``d / 2`` columns: flash-attn, vLLM).
+            Meta Llama, FLUX), ``"compact"`` (``d / 2`` columns: flash-attn, vLLM) or
+            ``"block-halves"`` (halves inside each of ``blocks`` equal blocks: Allegro's axes,
+            LTX-2's heads).
         dtype: output dtype (default float32, or torch's default dtype).
         seq_len: the sequence length the ``dynamic`` and ``longrope`` rules read (default:
             the largest position + 1, transformers' rule). ``dynamic`` is stateless: the
@@ -147,6 +154,8 @@ def rope(
             :func:`posenc.rope_grid` gives them for whole image and video grids.
         axes_scale: with ``axes_dim``, a factor on each block's frequencies.
         axes_base: with ``axes_dim``, each block's own base in place of ``base``.
+        blocks: with ``layout="block-halves"``, how many equal blocks (default: the preset's,
+            else 1, plain halves).
         compat: ``"transformers"``: transformers' own float32 arithmetic, bit for bit on CPU
             torch (so a model switches to posenc without changing one logit). Default: exact
             (float64 angles, one rounding to ``dtype``).
@@ -176,6 +185,7 @@ def rope(
         axes_dim=axes_dim,
         axes_scale=axes_scale,
         axes_base=axes_base,
+        blocks=blocks,
     )
     compat = None if compat is None else check_choice("compat", compat, ("transformers",))
     pos = as_positions(positions)

@@ -38,6 +38,7 @@ def rope_grid(
     preset: str | None = ...,
     base: float | None = ...,
     layout: str | None = ...,
+    blocks: int | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
@@ -60,6 +61,7 @@ def rope_grid(
     preset: str | None = ...,
     base: float | None = ...,
     layout: str | None = ...,
+    blocks: int | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
@@ -82,6 +84,7 @@ def rope_grid(
     preset: str | None = ...,
     base: float | None = ...,
     layout: str | None = ...,
+    blocks: int | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
@@ -104,6 +107,7 @@ def rope_grid(
     preset: str | None = ...,
     base: float | None = ...,
     layout: str | None = ...,
+    blocks: int | None = ...,
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
@@ -125,6 +129,7 @@ def rope_grid(
     preset: str | None = None,
     base: float | None = None,
     layout: str | None = None,
+    blocks: int | None = None,
     axes_dim: tuple[int, ...] | None = None,
     axes_scale: tuple[float, ...] | None = None,
     axes_base: tuple[float, ...] | None = None,
@@ -152,7 +157,10 @@ def rope_grid(
         base: ``theta`` (10000).
         layout: ``"interleaved"`` (pairs ``(2i, 2i+1)``, each block's own: FLUX, Wan,
             HunyuanVideo, CogVideoX), ``"halves"`` (pairs ``(i, i + dim/2)``, both halves
-            holding every block: Qwen2-VL's vision tower, Pixtral) or ``"compact"``.
+            holding every block: Qwen2-VL's vision tower, Pixtral), ``"block-halves"``
+            (halves inside each of ``blocks`` equal blocks: Allegro, LTX-2's split heads) or
+            ``"compact"``.
+        blocks: with ``layout="block-halves"``, how many blocks (default the preset's, or 1).
         axes_dim: the width of each block, one per grid axis, adding up to ``dim``; each
             block has its own frequencies ``base ** (-2j / d_a)``.
         axes_scale: a factor multiplying each block's frequencies (default 1).
@@ -186,7 +194,7 @@ def rope_grid(
         ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
     """
     r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
-               axes_scale=axes_scale, axes_base=axes_base)  # fmt: skip
+               axes_scale=axes_scale, axes_base=axes_base, blocks=blocks)  # fmt: skip
     if r.sections is not None or (r.axes_dim is None and r.spacing != "ltx"):
         raise PosencError(
             "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "
@@ -194,7 +202,7 @@ def rope_grid(
         )
     k = r.ndim
     dims = grid_shape(shape, k)
-    blocks = block_axes_of(block_axes, preset, k)
+    read = block_axes_of(block_axes, preset, k)  # the grid axis of each block
     recipe = get_rotary_preset(preset).positions if preset is not None else None
     if recipe is not None and crop is None:  # the family's coordinates, where none are given
         own_start, own_step = recipe(dims)
@@ -209,12 +217,14 @@ def rope_grid(
                 f"(posenc.preset(name).originals), got preset={show(preset)}"
             )
         compat = check_choice("compat", compat, family.originals)
+        from posenc.compat.grid import GridCall  # torch code: only for compat
+
         original = importlib.import_module(ORIGINALS[compat])
-        return original.rotary_grid(family.name, compat, dims, r, blocks, starts, steps,  # type: ignore[no-any-return]
-                                    cropped=crop is not None, dtype=dtype, device=device,
-                                    like=like)  # fmt: skip
-    axes = [Progression(starts[g], steps[g], dims[g]) for g in blocks]
-    order = [blocks.index(g) for g in range(k)]
+        call = GridCall(family.name, compat, tuple(dims), r, tuple(read), tuple(starts),
+                        tuple(steps), crop is not None, dtype, device, like)  # fmt: skip
+        return original.rotary_grid(call)  # type: ignore[no-any-return]
+    axes = [Progression(starts[g], steps[g], dims[g]) for g in read]
+    order = [read.index(g) for g in range(k)]
     if is_torch(like) and device is None:
         device = like.device
     both = evaluate.rotary_grid(r.plan(None, rope_label(r)), axes, order, dtype=dtype,
@@ -292,5 +302,5 @@ ORIGINALS = {
     "transformers": "posenc.compat.transformers_vision",
     "timm": "posenc.compat.timm",
 }
-"""The module whose ``rotary_grid(family, compat, dims, r, blocks, starts, steps, *, cropped,
-dtype, device, like)`` repeats each ``compat=`` mode's arithmetic."""
+"""The module whose ``rotary_grid(call)`` repeats each ``compat=`` mode's arithmetic (``call``:
+a :class:`posenc.compat.grid.GridCall`, the checked arguments of one call)."""

@@ -43,7 +43,7 @@ FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                     ("true or false", lambda v: isinstance(v, bool))),
     "rope_scale": ("a non-empty list of positive numbers", _positives),
     **dict.fromkeys(("axes_dims_rope", "block_out_channels", "mrope_section", "input_size",
-                     "rope_axes_dim"),
+                     "rope_axes_dim", "axes_dims", "axes_dim_rope"),
                     ("a non-empty list of positive integers", lambda v: _integers(v, 1))),
     **dict.fromkeys(("rope_parameters", "rope_scaling", "text_config", "pretrained_cfg"),
                     ("an object", lambda v: isinstance(v, dict))),

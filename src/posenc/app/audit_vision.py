@@ -40,6 +40,22 @@ def _qwen(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"axes_dim": tuple(int(a) for a in cfg.get("axes_dims_rope") or (16, 56, 56))}
 
 
+def _axes(key: str, default: tuple[int, ...], theta: float | None = None) -> Keywords:
+    """The blocks a config sets under ``key`` (and its ``rope_theta``, when ``theta``)."""
+
+    def read(cfg: dict[str, Any]) -> dict[str, Any]:
+        kw: dict[str, Any] = {"axes_dim": tuple(int(a) for a in cfg.get(key) or default)}
+        if theta is not None:
+            kw["base"] = float(cfg.get("rope_theta") or theta)
+        return kw
+
+    return read
+
+
+def _width(key: str, default: tuple[int, ...]) -> Callable[[dict[str, Any]], int]:
+    return lambda cfg: sum(int(a) for a in cfg.get(key) or default)
+
+
 def _cosmos(cfg: dict[str, Any]) -> dict[str, Any]:
     from posenc.spec.presets.vision import cosmos_bases
 
@@ -92,7 +108,7 @@ _COGVIEW4 = VisionFamily(
 VISION: dict[str, VisionFamily] = {
     **dict.fromkeys(("WanTransformer3DModel", "WanVACETransformer3DModel",
                      "WanAnimateTransformer3DModel", "SkyReelsV2Transformer3DModel",
-                     "SanaVideoTransformer3DModel"), _WAN),
+                     "SanaVideoTransformer3DModel", "ChronoEditTransformer3DModel"), _WAN),
     **dict.fromkeys(("HunyuanVideoTransformer3DModel", "HunyuanVideo15Transformer3DModel"),
                     _HUNYUAN),
     "CosmosTransformer3DModel": VisionFamily(
@@ -112,6 +128,40 @@ VISION: dict[str, VisionFamily] = {
         "cogvideox", "pipeline (get_3d_rotary_pos_embed)", (13, 30, 45), "480 x 720, 49 frames",
         "diffusers get_3d_rotary_pos_embed: float32, computed by the pipeline",
         fix=PIPELINE),
+    "HunyuanImageTransformer2DModel": VisionFamily(
+        "hunyuan-image", "rope (HunyuanImageRotaryPosEmbed)", (64, 64), "2048 x 2048 pixels",
+        "diffusers HunyuanImageRotaryPosEmbed: float32 angles per call",
+        keywords=_axes("rope_axes_dim", (64, 64), 256.0),
+        dim=_width("rope_axes_dim", (64, 64))),
+    "Kandinsky5Transformer3DModel": VisionFamily(
+        "kandinsky5", "visual_rope_embeddings (Kandinsky5RoPE3D)", (31, 32, 48),
+        "512 x 768, 121 frames", "diffusers Kandinsky5RoPE3D: float32 angles (exp form)",
+        keywords=_axes("axes_dims", (16, 24, 24)), dim=_width("axes_dims", (16, 24, 24)),
+        largest=23.5),
+    "Kandinsky6Transformer3DModel": VisionFamily(
+        "kandinsky6", "visual_rope_embeddings (Kandinsky6RoPE3D)", (31, 32, 48),
+        "512 x 768, 121 frames", "diffusers Kandinsky6RoPE3D: float32 angles (exp form)",
+        keywords=_axes("axes_dims", (32, 48, 48)), dim=_width("axes_dims", (32, 48, 48)),
+        largest=23.5),
+    "Lumina2Transformer2DModel": VisionFamily(
+        "lumina2", "rope_embedder (Lumina2RotaryPosEmbed)", (1, 64, 64),
+        "1024 x 1024 pixels after a 256-token caption",
+        "diffusers Lumina2RotaryPosEmbed: complex128 tables (complex64 on a host with MPS)",
+        keywords=lambda cfg: {**_axes("axes_dim_rope", (32, 32, 32))(cfg),
+                              "start": (256.0, 0.0, 0.0)},
+        dim=_width("axes_dim_rope", (32, 32, 32)), largest=256,
+        also=(("diffusers-mps", "on a host with MPS"),)),
+    "ZImageTransformer2DModel": VisionFamily(
+        "z-image", "rope_embedder (RopeEmbedder)", (1, 64, 64),
+        "1024 x 1024 pixels after a 256-token caption",
+        "diffusers RopeEmbedder: float64 angles rounded to float32, then cos and sin",
+        keywords=lambda cfg: {**_axes("axes_dims", (32, 48, 48), 256.0)(cfg),
+                              "start": (257.0, 0.0, 0.0)},
+        dim=_width("axes_dims", (32, 48, 48)), largest=257),
+    "AllegroTransformer3DModel": VisionFamily(
+        "allegro", "pipeline (get_3d_rotary_pos_embed_allegro)", (22, 45, 80),
+        "720 x 1280, 88 frames", "diffusers get_3d_rotary_pos_embed_allegro: float32, "
+        "computed by the pipeline", fix=PIPELINE, largest=39.5),
     "HunyuanDiT2DModel": VisionFamily(
         "hunyuan-dit", "pipeline (get_2d_rotary_pos_embed)", (64, 64), "1024 x 1024 pixels",
         "diffusers get_2d_rotary_pos_embed: float32, computed by the pipeline (a crop of "
@@ -137,13 +187,10 @@ def _finding(f: VisionFamily, cfg: dict[str, Any], component: str) -> Finding:
     dim, kw = f.dim(cfg), f.keywords(cfg)
     shape = " x ".join(str(n) for n in f.grid)
 
-    def errors(compat: str) -> float:
-        import torch
-
+    def errors(compat: str) -> float:  # the replay's float32 tables, as NumPy arrays
         exact = rope_grid(f.grid, dim, preset=f.preset, dtype=np.float64, **kw)
-        theirs = rope_grid(f.grid, dim, preset=f.preset, compat=compat, dtype=torch.float32,
-                           **kw)  # fmt: skip
-        return max(fig._err(t.double().numpy(), e) for t, e in zip(theirs, exact, strict=True))
+        theirs = rope_grid(f.grid, dim, preset=f.preset, compat=compat, **kw)
+        return max(fig._err(t, e) for t, e in zip(theirs, exact, strict=True))
 
     def measure() -> tuple[float | None, float | None, str | None]:
         bf16 = None

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from posenc.compat.grid import compat_grid
+from posenc.compat.grid import GridCall, compat_grid
 from posenc.errors import PosencError
 
 NO_FLOAT64 = frozenset({"mps", "npu", "neuron"})
@@ -247,16 +247,29 @@ def _ltx(
     return ltx_tables(grid, r.dim, float(r.base))
 
 
-def ltx_tables(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """LTX-Video's tables of coordinates ``c`` ``[..., 3]`` (float32): the float32 ladder
-    ``theta ** linspace(0, 1, n) * pi / 2`` times ``2 c - 1``, ``(t, h, w)`` per frequency,
-    pairs, ``dim % 6`` still channels first; ``[..., dim]``."""
-    ladder = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6,
-                                     device=grid.device, dtype=torch.float32)  # fmt: skip
-    ladder = ladder * math.pi / 2.0
+def ltx_tables(
+    grid: torch.Tensor,
+    dim: int,
+    theta: float,
+    *,
+    wide: torch.dtype = torch.float32,
+    pairs: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """LTX-Video's tables of coordinates ``c`` ``[..., k]`` (float32, ``k`` axes): the ladder
+    ``theta ** linspace(0, 1, n) * pi / 2`` (``n = dim // 2k``, in ``wide``: LTX-2's
+    ``double_precision`` float64, then float32) times ``2 c - 1``, the ``k`` axes per
+    frequency; ``pairs``: ``[..., dim]`` each angle twice (interleaved), ``dim % 2k`` still
+    channels first; else ``[..., dim / 2]`` one column per angle after the still ones (LTX-2's
+    ``split`` before its per-head reshape)."""
+    k = grid.shape[-1]
+    ladder = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // (2 * k),
+                                     device=grid.device, dtype=wide)  # fmt: skip
+    ladder = (ladder * math.pi / 2.0).float()
     freqs = (ladder * (grid.unsqueeze(-1) * 2 - 1)).transpose(-1, -2).flatten(-2)
-    cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
-    still = dim % 6
+    cos, sin = freqs.cos(), freqs.sin()
+    if pairs:
+        cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+    still = (dim if pairs else dim // 2) - cos.shape[-1]
     if still:
         cos = torch.cat([torch.ones_like(cos[..., :still]), cos], dim=-1)
         sin = torch.cat([torch.zeros_like(cos[..., :still]), sin], dim=-1)
@@ -325,26 +338,11 @@ def _check_form(family: str, r: Any, blocks: Sequence[int]) -> None:
         )
 
 
-GROUPS = tuple(
-    f"posenc.compat.diffusers_{g}" for g in ("ids", "video", "gathered", "ltx2", "kandinsky")
-)
+GROUPS = tuple(f"posenc.compat.diffusers_{g}" for g in ("video", "gathered", "ltx2", "kandinsky"))
 """The modules of the other diffusers families' replays, each naming its ``FAMILIES``."""
 
 
-def rotary_grid(
-    family: str,
-    compat: str,
-    dims: Sequence[int],
-    r: Any,
-    blocks: Sequence[int],
-    starts: Sequence[float],
-    steps: Sequence[float],
-    *,
-    cropped: bool,
-    dtype: Any,
-    device: Any,
-    like: Any,
-) -> tuple[Any, Any]:
+def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     """``posenc.rope_grid(..., preset=family, compat=compat)``: the tables of diffusers'
     ``WanRotaryPosEmbed`` (float64 angles; float32 on a host with MPS: ``"diffusers-mps"``),
     ``HunyuanVideoRotaryPosEmbed`` (float32), ``get_3d_rotary_pos_embed`` (CogVideoX: crop
@@ -355,23 +353,32 @@ def rotary_grid(
     Per block, ``get_1d_rotary_pos_embed`` at the positions the family builds, broadcast to
     the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
     NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    r = call.r
     for group in GROUPS:  # the families whose replays live in a module of their own
         module = importlib.import_module(group)
-        if family in module.FAMILIES:
-            out: tuple[Any, Any] = module.rotary_grid(
-                family, compat, dims, r, blocks, starts, steps, cropped=cropped, dtype=dtype,
-                device=device, like=like)  # fmt: skip
+        if call.family in module.FAMILIES:
+            out: tuple[Any, Any] = module.rotary_grid(call)
             return out
-    _check_form(family, r, blocks)
+    _check_form(call.family, r, call.blocks)
     replays = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx,
                "cogview4": _cogview4}  # fmt: skip
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if family in replays:
-            return replays[family](dims, r, starts, steps, work)
-        return _per_axis(family, compat, dims, r, blocks, starts, steps, cropped, work)
+        if call.family in replays:
+            return replays[call.family](call.dims, r, call.starts, call.steps, work)
+        return _per_axis(
+            call.family,
+            call.compat,
+            call.dims,
+            r,
+            call.blocks,
+            call.starts,
+            call.steps,
+            call.cropped,
+            work,
+        )
 
-    return compat_grid(tables, dtype=dtype, device=device, like=like)
+    return compat_grid(tables, call)
 
 
 def _per_axis(

@@ -1,30 +1,155 @@
 """diffusers' own arithmetic for the families whose complex tables are gathered by ids (Lumina-
 Next, Lumina-Image-2.0, Z-Image, Bria-FIBO2): ``compat="diffusers"`` of their presets (reached
 through :func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in ``FAMILIES``
-here)."""
+here), and the per-axis complex rows the stand-ins of :func:`posenc.torch.patch` gather.
+
+Each keeps, per position axis, a complex table of integer rows: ``torch.polar`` of the angles,
+in the dtype diffusers computes them in (Lumina-Image-2.0: float64, so complex128 tables;
+Z-Image: float64 angles rounded to float32; Lumina-Next: float32). Bit for bit with diffusers
+on CPU torch, checked against diffusers itself in the tests.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-FAMILIES: tuple[str, ...] = ()
+import torch
+
+from posenc.compat.grid import GridCall, compat_grid
+from posenc.errors import PosencError
+
+FAMILIES: tuple[str, ...] = ("lumina-next", "lumina2", "z-image")
 """The presets whose ``compat="diffusers"`` tables this module computes."""
 
 
-def rotary_grid(
-    family: str,
-    compat: str,
-    dims: Sequence[int],
-    r: Any,
-    blocks: Sequence[int],
-    starts: Sequence[float],
-    steps: Sequence[float],
+def lumina_rows(
+    dim: int,
+    pos: torch.Tensor,
+    theta: float,
+    wide: torch.dtype,
     *,
-    cropped: bool,
-    dtype: Any,
-    device: Any,
-    like: Any,
-) -> tuple[Any, Any]:
-    """``posenc.rope_grid(..., preset=family, compat="diffusers")`` for ``FAMILIES``."""
-    raise NotImplementedError(family)
+    linear_factor: float = 1.0,
+    ntk_factor: float = 1.0,
+) -> torch.Tensor:
+    """``get_1d_rotary_pos_embed(dim, pos, theta, use_real=False, linear_factor, ntk_factor,
+    freqs_dtype=wide)``: ``[S, dim / 2]`` complex (complex128 for float64 ``wide``), the
+    frequencies ``1 / (theta * ntk) ** (2j / dim) / linear`` in ``wide``, times the positions
+    (``pos`` integers), then ``polar``."""
+    exponent = torch.arange(0, dim, 2, dtype=wide, device=pos.device) / dim
+    freqs = 1.0 / ((theta * ntk_factor) ** exponent) / linear_factor
+    angles = torch.outer(pos, freqs)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def z_image_rows(dim: int, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """``RopeEmbedder.precompute_freqs_cis``'s rows at the integer positions ``pos``: float64
+    frequencies and angles, the angles rounded to float32, ``polar`` in complex64;
+    ``[S, dim / 2]``."""
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    angles = torch.outer(pos.to("cpu", torch.float64), freqs).float()
+    return torch.polar(torch.ones_like(angles), angles).to(pos.device)
+
+
+def gathered_rows(
+    family: str, compat: str, dim: int, pos: torch.Tensor, theta: float
+) -> torch.Tensor:
+    """One axis's complex rows at the integer positions ``pos`` (int64), as ``family``'s
+    module computes its table: Lumina-Image-2.0 (complex128; ``"diffusers-mps"``: complex64)
+    or Z-Image / Bria-FIBO2 (complex64)."""
+    if family == "z-image":
+        return z_image_rows(dim, pos, theta)
+    wide = torch.float32 if compat == "diffusers-mps" else torch.float64
+    return lumina_rows(dim, pos, theta, wide)
+
+
+def lumina_next_table(
+    dim: int, h: int, w: int, base: float, linear_factor: float, device: Any = None
+) -> torch.Tensor:
+    """``get_2d_rotary_pos_embed_lumina(dim, h, w, linear_factor, ntk_factor)``, ``base`` its
+    ``10000 * ntk_factor``: ``[h, w, dim / 2]`` complex64, each token's row and column rows
+    taken in turn per frequency."""
+    rows, cols = (lumina_rows(dim // 2, torch.arange(n, device=device), base, torch.float32,
+                              linear_factor=linear_factor) for n in (h, w))  # fmt: skip
+    n = dim // 4
+    both = torch.stack([rows[:, None, :].expand(h, w, n), cols[None, :, :].expand(h, w, n)], -1)
+    return both.flatten(2)
+
+
+def placed(table: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A complex table's ``(cos, sin)`` in a layout: each pair's column twice in place
+    (``interleaved``), once (``compact``), or the table twice over (``halves``)."""
+    cos, sin = table.real, table.imag
+    if layout == "interleaved":
+        return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+    if layout == "halves":
+        return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
+    return cos.contiguous(), sin.contiguous()
+
+
+def _factors(r: Any) -> tuple[float, float]:
+    """Lumina-Next's ``linear_factor`` read back from the call's ``axes_scale = (1 / linear,
+    1 / linear)``, and its base ``10000 * ntk_factor``."""
+    scale = r.axes_scale or (1.0, 1.0)
+    if scale[0] != scale[1] or r.axes_base is not None or not r.interleave_axes:
+        raise PosencError(
+            "`compat='diffusers'`: lumina-next scales both axes alike (axes_scale=(1 / "
+            f"linear_factor,) * 2, base=10000 * ntk_factor), got axes_scale={r.axes_scale}, "
+            f"axes_base={r.axes_base}"
+        )
+    return 1.0 / scale[0], float(r.base)
+
+
+def _check(
+    family: str, r: Any, blocks: Sequence[int], starts: Sequence[float], steps: Sequence[float]
+) -> list[int]:
+    """The integer first row of each axis; an error where the call asks for another form
+    than the family's (fractional or strided positions, a block order, factors)."""
+    if tuple(blocks) != tuple(range(len(blocks))):
+        raise PosencError(
+            f"`block_axes`: compat='diffusers' repeats {family}'s block order, not "
+            f"{tuple(blocks)}: drop `block_axes`"
+        )
+    if family != "lumina-next" and (r.axes_scale or r.axes_base or r.interleave_axes):
+        raise PosencError(
+            f"`axes_scale`, `axes_base`: compat='diffusers' repeats {family}'s own tables "
+            "(one base, no factors): drop them"
+        )
+    rows = []
+    for a, (s0, st) in enumerate(zip(starts, steps, strict=True)):
+        if st != 1.0 or s0 != int(s0) or s0 < 0 or (family == "lumina-next" and s0 != 0):
+            raise PosencError(
+                f"`compat='diffusers'`: {family}'s tables hold the integer rows 0, 1, 2, …; "
+                f"axis {a} asks for {s0:g} + i * {st:g}"
+            )
+        rows.append(int(s0))
+    return rows
+
+
+def rotary_grid(call: GridCall) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset=family, compat=compat)``: the rows of each axis's table
+    at the grid's integer positions (``start`` the first: Lumina-Image-2.0's image patches at
+    ``t = L``), broadcast, concatenated ``[t | h | w]`` (Lumina-Next: taken in turn), as
+    ``(cos, sin)`` in the call's layout; ``dtype=torch.float64`` keeps Lumina-Image-2.0's
+    float64 numbers."""
+    r = call.r
+    if call.cropped:
+        raise PosencError(f"`crop`: compat='diffusers' takes {call.family}'s integer rows, no crop")
+    first = _check(call.family, r, call.blocks, call.starts, call.steps)
+
+    def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if call.family == "lumina-next":
+            linear, base = _factors(r)
+            table = lumina_next_table(r.dim, call.dims[0], call.dims[1], base, linear, work)
+            return placed(table.reshape(math.prod(call.dims), -1), r.layout)
+        parts = []
+        for a, (d, n, s0) in enumerate(zip(r.axes_dim, call.dims, first, strict=True)):
+            pos = torch.arange(s0, s0 + n, device=work)
+            rows = gathered_rows(call.family, call.compat, d, pos, float(r.base))
+            shape = [1] * len(call.dims) + [d // 2]
+            shape[a] = n
+            parts.append(rows.reshape(shape).expand(*call.dims, d // 2))
+        return placed(torch.cat(parts, dim=-1).reshape(math.prod(call.dims), -1), r.layout)
+
+    return compat_grid(tables, call)

@@ -1,30 +1,175 @@
-"""diffusers' own arithmetic for the video and image families that share Wan's, HunyuanVideo's or
-Qwen-Image's formula (HunyuanImage-2.1, Framepack, Motif-Video, Helios, ChronoEdit, AnyFlow, SANA-
-WM, MiniMax-H3, Qwen-Image 2.1 …): ``compat="diffusers"`` of their presets (reached through
-:func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in ``FAMILIES`` here)."""
+"""diffusers' own arithmetic for the video and image families that share Wan's, HunyuanVideo's,
+CogVideoX's or Qwen-Image's formula (HunyuanImage-2.1, Framepack, Motif-Video, Helios, ChronoEdit,
+EasyAnimate, SANA-WM, AnyFlow, Qwen-Image-Layered, NucleusMoE-Image, Qwen-Image 2.1, MiniMax-H3):
+``compat="diffusers"`` of their presets (reached through
+:func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in ``FAMILIES`` here)
+and the tables their patch stand-ins replay (``posenc.torch._video_rope``).
+
+Every table here is per axis ``get_1d_rotary_pos_embed`` (or its complex form, or MiniMax-H3's
+shared ladder) at the positions the family builds, broadcast over the grid and concatenated:
+elementwise the same operations as diffusers' own flattened grids, so the same bits on CPU
+torch."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-FAMILIES: tuple[str, ...] = ()
+import torch
+
+from posenc.compat.diffusers import qwen_image_rows, rotary_1d
+from posenc.compat.grid import GridCall, compat_grid
+from posenc.errors import PosencError
+
+FAMILIES: tuple[str, ...] = ("hunyuan-image", "minimax-h3")
 """The presets whose ``compat="diffusers"`` tables this module computes."""
 
 
-def rotary_grid(
-    family: str,
-    compat: str,
-    dims: Sequence[int],
-    r: Any,
-    blocks: Sequence[int],
-    starts: Sequence[float],
-    steps: Sequence[float],
+def grid_tables(
+    positions: Sequence[torch.Tensor],
+    axes_dim: Sequence[int],
+    theta: float,
     *,
-    cropped: bool,
-    dtype: Any,
-    device: Any,
-    like: Any,
-) -> tuple[Any, Any]:
-    """``posenc.rope_grid(..., preset=family, compat="diffusers")`` for ``FAMILIES``."""
-    raise NotImplementedError(family)
+    wide: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per grid axis ``a``, ``get_1d_rotary_pos_embed(axes_dim[a], positions[a], theta,
+    use_real=True, freqs_dtype=wide)`` (pairs, float32), broadcast over the grid ``[len(p) for p
+    in positions]`` (first axis outermost) and concatenated: ``(cos, sin)`` ``[S, sum(axes_dim)]``.
+    Positions in float32 are HunyuanVideo's, HunyuanImage's, Framepack's and CogVideoX's; int64
+    with ``wide`` float64, Wan's and ChronoEdit's."""
+    dims = [int(p.shape[0]) for p in positions]
+    k, parts_cos, parts_sin = len(dims), [], []
+    for a, (d, pos) in enumerate(zip(axes_dim, positions, strict=True)):
+        cos, sin = rotary_1d(d, pos, theta, freqs_dtype=wide)
+        shape = [1] * k + [d]
+        shape[a] = dims[a]
+        parts_cos.append(cos.reshape(shape).expand(*dims, d))
+        parts_sin.append(sin.reshape(shape).expand(*dims, d))
+    n = math.prod(dims)
+    return torch.cat(parts_cos, dim=-1).reshape(n, -1), torch.cat(parts_sin, dim=-1).reshape(n, -1)
+
+
+def complex_grid(
+    positions: Sequence[torch.Tensor],
+    axes_dim: Sequence[int],
+    theta: float,
+    *,
+    wide: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Per grid axis ``get_1d_rotary_pos_embed(d, positions[a], theta, use_real=False,
+    freqs_dtype=wide)`` (``polar`` of the angles: complex64, or complex128 from float64),
+    broadcast over the grid and concatenated: ``[S, sum(axes_dim) / 2]`` (SANA-WM, AnyFlow)."""
+    dims = [int(p.shape[0]) for p in positions]
+    parts = []
+    for a, (d, pos) in enumerate(zip(axes_dim, positions, strict=True)):
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=wide, device=pos.device)[: d // 2] / d))
+        angles = torch.outer(pos, inv)
+        shape = [1] * len(dims) + [d // 2]
+        shape[a] = dims[a]
+        parts.append(torch.polar(torch.ones_like(angles), angles).reshape(shape).expand(*dims, -1))
+    return torch.cat(parts, dim=-1).reshape(math.prod(dims), -1)
+
+
+QWEN21_RANGE = (-1024, 8192)
+"""``QwenImage21Rope``'s table: positions ``-1024 … 8191``."""
+
+
+def qwen_ids_table(ids: torch.Tensor, axes_dim: Sequence[int], theta: float) -> torch.Tensor:
+    """``QwenImage21Rope``'s rows of the token positions ``ids`` ``[N, 3]`` (int64, within
+    ``-1024 … 8191``): per axis the complex64 rows of ``rope_params``, concatenated, ``[N,
+    sum(axes_dim) / 2]``."""
+    lo, hi = QWEN21_RANGE
+    if ids.numel() and not (lo <= int(ids.min()) and int(ids.max()) < hi):
+        raise PosencError(
+            f"compat='original': QwenImage21Rope's table holds the positions {lo} … {hi - 1}, "
+            f"got {int(ids.min())} … {int(ids.max())}"
+        )
+    rows = [qwen_image_rows(ids[:, a], d, theta) for a, d in enumerate(axes_dim)]
+    return torch.cat(rows, dim=-1)
+
+
+def minimax_tables(
+    ids: torch.Tensor, n: int, theta: float, inv_dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``MiniMaxH3RotaryPosEmbed(n, theta)(ids)`` (its ``inv_freq`` buffer in ``inv_dtype``):
+    float32 positions ``[S, 3]`` times the one float32 ladder ``1 / theta ** (2j / 2n)``,
+    ``[t | h | w]`` twice over: ``(cos, sin)`` ``[S, 6n]``."""
+    inv = 1.0 / (theta ** (torch.arange(0, 2 * n, 2, dtype=torch.float32, device=ids.device)
+                           / (2 * n)))  # fmt: skip
+    freqs = ids.to(torch.float32).unsqueeze(-1) * inv.to(inv_dtype).view(1, 1, -1)
+    freqs = torch.cat(freqs.unbind(dim=1), dim=-1)
+    freqs = torch.cat((freqs, freqs), dim=-1)
+    return freqs.cos(), freqs.sin()
+
+
+def minimax_video_tables(
+    ids: torch.Tensor, n: int, theta: float, inv_dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``MiniMaxH3VideoRotaryPosEmbed(6 n, theta)(ids)`` (the VAE decoder's; its ``inv_freq``
+    in ``inv_dtype``): ``2 pi`` times the float32 coordinates ``ids`` ``[B, S, 3]`` times the
+    ladder ``1 / theta ** arange(0, 1, 6 / dim)``, ``[t | h | w]`` twice over: ``(cos, sin)``
+    ``[B, S, 1, 6 n]``."""
+    inv = 1.0 / theta ** torch.arange(0, 1, 1 / n, dtype=torch.float32, device=ids.device)
+    angles = 2.0 * math.pi * ids[:, :, :, None] * inv.to(inv_dtype)[None, None, None, :]
+    angles = angles.flatten(2, 3).tile(2).unsqueeze(2)
+    return angles.cos(), angles.sin()
+
+
+def pooled_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """``AnyFlowCausalRotaryPosEmbed.avg_pool_complex(rows, k, k)``: the mean of each ``k``
+    consecutive complex rows ``[n, c]`` (real and imaginary parts by ``avg_pool1d``), scaled
+    back to modulus 1: ``[n // k, c]``."""
+    parts = [torch.nn.functional.avg_pool1d(p.transpose(0, 1)[None], k, k)[0].transpose(0, 1)
+             for p in (rows.real, rows.imag)]  # fmt: skip
+    norm = torch.sqrt(parts[0] ** 2 + parts[1] ** 2)
+    return torch.complex(parts[0] / norm, parts[1] / norm)
+
+
+def _check(family: str, r: Any, blocks: Sequence[int], starts: Sequence[float],
+           steps: Sequence[float]) -> None:  # fmt: skip
+    """Refuse what the family's arithmetic does not have: another layout, factors, bases,
+    block order, blocks (MiniMax-H3: three equal), or positions other than ``0, 1, 2, …``
+    (HunyuanImage)."""
+    layout = "halves" if family == "minimax-h3" else "interleaved"
+    axes = r.axes_dim or ()
+    extra = {"layout": r.layout != layout, "axes_scale": r.axes_scale is not None,
+             "axes_dim": family == "minimax-h3" and (len(axes) != 3 or len(set(axes)) != 1),
+             "axes_base": r.axes_base is not None,
+             "block_axes": list(blocks) != list(range(len(blocks)))}  # fmt: skip
+    for key, bad in extra.items():
+        if bad:
+            raise PosencError(
+                f"`{key}`: compat='diffusers' repeats {family}'s own tables ({layout}, one "
+                f"base, its blocks in grid order): drop `{key}`"
+            )
+    if family == "hunyuan-image" and (
+        any(s0 != 0.0 for s0 in starts) or any(st != 1.0 for st in steps)
+    ):
+        raise PosencError(
+            f"`compat='diffusers'`: {family}'s tables hold the positions 0, 1, 2, …; got "
+            f"start={list(starts)}, step={list(steps)}"
+        )
+
+
+def rotary_grid(call: GridCall) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset=family, compat="diffusers")`` for ``FAMILIES``:
+    ``HunyuanImageRotaryPosEmbed``'s float32 grid of ``arange`` positions, float32
+    frequencies, interleaved pairs (two axes, or three); ``MiniMaxH3RotaryPosEmbed`` of the
+    grid's ``position_ids`` (``start + i * step`` per axis, as float32)."""
+    r = call.r
+    if call.family not in FAMILIES:
+        raise PosencError(f"`preset`: no diffusers replay of {call.family!r} here")
+    _check(call.family, r, call.blocks, call.starts, call.steps)
+
+    def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if call.family == "minimax-h3":
+            grid = zip(call.dims, call.starts, call.steps, strict=True)
+            axes = [s0 + st * torch.arange(n, device=work, dtype=torch.float64)
+                    for n, s0, st in grid]  # fmt: skip
+            ids = torch.stack([g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")], -1)
+            return minimax_tables(ids, r.axes_dim[0] // 2, float(r.base))
+        pos = [torch.arange(n, device=work, dtype=torch.float32) for n in call.dims]
+        return grid_tables(pos, r.axes_dim, float(r.base))
+
+    return compat_grid(tables, call)

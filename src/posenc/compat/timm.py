@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from posenc.compat.grid import compat_grid
+from posenc.compat import gemma4
+from posenc.compat.grid import GridCall, compat_grid
 from posenc.errors import PosencError
 
 
@@ -63,15 +64,19 @@ def sincos_2d(
 CAT_REF = "cat-ref"
 CAT = "cat"
 DINOV3 = "dinov3"
+PIXEL = "pixel"
 
 ROTARY_FAMILIES = {
     "eva02": CAT_REF,
     "perception-encoder": CAT_REF,
     "vit-rope": CAT,
     "dinov3": DINOV3,
+    "timm-pixel": PIXEL,
+    "timm-pixel-linear": PIXEL,
 }
 """Each preset's timm module: ``RotaryEmbeddingCat`` with a ``ref_feat_shape`` (positions
-``(i + offset) / feat * ref``) or without one (``i + offset``), or ``RotaryEmbeddingDinoV3``."""
+``(i + offset) / feat * ref``), without one (``i + offset``), with pixel bands
+(``in_pixels=True``: positions ``linspace(-1, 1, n)``), or ``RotaryEmbeddingDinoV3``."""
 
 
 def _snap(x: float) -> float:
@@ -152,6 +157,34 @@ def _cat_grid(
     return _one_offset(family, offsets, "start / step"), refs
 
 
+def _pixel_grid(
+    family: str, dims: Sequence[int], starts: Sequence[float], steps: Sequence[float]
+) -> None:
+    """Refuse positions other than timm's ``'pixel'`` grid ``linspace(-1, 1, n)`` per axis."""
+    for g, (n, s, st) in enumerate(zip(dims, starts, steps, strict=True)):
+        if s != -1.0 or (n > 1 and _snap(st * (n - 1)) != 2.0):
+            raise PosencError(
+                f"`start`, `step`: {family}'s timm grid is linspace(-1, 1, n) on each axis "
+                f"(start -1, step 2 / (n - 1)), got start[{g}] = {s:g}, step[{g}] = {st:g} "
+                f"for n = {n}"
+            )
+
+
+def pixel_bands(n: int, max_res: float, linear: bool) -> torch.Tensor:
+    """timm's ``pixel_freq_bands(n, max_res, linear_bands)``: float32 on the CPU."""
+    if linear:
+        bands = torch.linspace(1.0, max_res / 2, n, dtype=torch.float32)
+    else:
+        bands = 2 ** torch.linspace(0, math.log(max_res, 2) - 1, n, dtype=torch.float32)
+    return bands * torch.pi
+
+
+def lang_bands(n: int, base: float) -> torch.Tensor:
+    """timm's ``freq_bands(n, base, step=1)``: ``1 / base ** (k / n)``, float32 on the CPU."""
+    exponent = torch.arange(0, n, 1, dtype=torch.int64).to(torch.float32) / n
+    return 1.0 / (float(base) ** exponent)
+
+
 def _dinov3_grid(
     family: str, dims: Sequence[int], starts: Sequence[float], steps: Sequence[float]
 ) -> tuple[float, str]:
@@ -178,27 +211,29 @@ def _layout(x: torch.Tensor, rotate_half: bool) -> torch.Tensor:
 
 def _cat_tables(
     dims: Sequence[int],
-    dim: int,
-    base: float,
-    offset: float,
+    bands: torch.Tensor,
+    offset: float | None,
     refs: list[float] | None,
     indexing: str,
     rotate_half: bool,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``RotaryEmbeddingCat(dim, in_pixels=False, temperature=base, grid_offset=offset,
-    ref_feat_shape=refs, grid_indexing=indexing, rotate_half=…).get_embed(dims)`` as
-    ``(sin, cos)``: the bands on the CPU (``_compute_bands``), the rest on ``device``."""
-    n = dim // 4
-    exponent = torch.arange(0, n, 1, dtype=torch.int64).to(torch.float32) / n
-    bands = (1.0 / (float(base) ** exponent)).to(device=device)
+    """``RotaryEmbeddingCat(dim, temperature=base, grid_offset=offset, ref_feat_shape=refs,
+    grid_indexing=indexing, rotate_half=…).get_embed(dims)`` as ``(sin, cos)``, ``bands``
+    computed on the CPU (``_compute_bands``), the rest on ``device``; ``offset`` None: the
+    ``'pixel'`` grid of ``in_pixels=True``."""
+    bands = bands.to(device=device)
     feat = list(dims)
     ref = None if refs is None else [int(v) for v in refs]
     if indexing == "xy":  # timm's swap_shape_xy of feat_shape and ref_feat_shape
         feat = [feat[1], feat[0]]
         ref = None if ref is None else [ref[1], ref[0]]
-    t = [torch.arange(s, device=device, dtype=torch.int64).to(torch.float32) + offset
-         for s in feat]  # fmt: skip
+    if offset is None:
+        t = [torch.linspace(-1.0, 1.0, steps=s, device=device, dtype=torch.float32)
+             for s in feat]  # fmt: skip
+    else:
+        t = [torch.arange(s, device=device, dtype=torch.int64).to(torch.float32) + offset
+             for s in feat]  # fmt: skip
     if ref is not None:
         t = [x / f * r for x, f, r in zip(t, feat, ref, strict=True)]
     grid = torch.stack(torch.meshgrid(t, indexing=indexing), dim=-1).to(dtype=torch.float32)
@@ -242,44 +277,70 @@ def _dinov3_tables(
     return _layout(angles.sin(), rotate_half), _layout(angles.cos(), rotate_half)
 
 
-def rotary_grid(
-    family: str,
-    compat: str,
-    dims: Sequence[int],
-    r: Any,
-    blocks: Sequence[int],
-    starts: Sequence[float],
-    steps: Sequence[float],
-    *,
-    cropped: bool,
-    dtype: Any,
+def mrope_tables(
+    shape: Sequence[int],
+    dim: int,
+    row_col: tuple[int, int],
+    temperature: float,
     device: Any,
-    like: Any,
-) -> tuple[Any, Any]:
+    freq_dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``RotaryEmbeddingMRope(dim, mrope_section=(_, *row_col), temperature).get_embed(shape)``
+    as float32 ``(sin, cos)`` ``[H * W, dim]`` (halves), on ``device``: one ladder ``1 /
+    temperature ** (2j / dim)``; frequency ``j`` reads the row (``j % 3 == 1``, ``j < 3 *
+    row_col[0]``), the column (``j % 3 == 2``, ``j < 3 * row_col[1]``) or 0. ``freq_dtype``:
+    the module's ``inv_freq`` (float32, or float64 after ``.double()``: the float32 ladder
+    widened), which the angles take."""
+    exponent = torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(torch.float32) / dim
+    inv_freq = (1.0 / (float(temperature) ** exponent)).to(freq_dtype)
+    axis = torch.zeros(dim // 2, dtype=torch.long, device=device)
+    axis[1 : row_col[0] * 3 : 3] = 1
+    axis[2 : row_col[1] * 3 : 3] = 2
+    rows, cols = (torch.arange(s, device=device, dtype=torch.int64).to(torch.float32)
+                  for s in shape)  # fmt: skip
+    grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+    pos = torch.cat([torch.zeros_like(grid[:, :1]), grid], dim=-1).index_select(-1, axis)
+    angles = pos * inv_freq
+    return _layout(angles.sin(), True), _layout(angles.cos(), True)
+
+
+def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     """``posenc.rope_grid(..., preset=family, compat="timm")``: the tables of timm's
     ``RotaryEmbeddingCat`` (``eva02``, ``perception-encoder``: ``ref_feat_shape``;
-    ``vit-rope``: none) and ``RotaryEmbeddingDinoV3`` (``dinov3``), their float32
+    ``vit-rope``: none; ``timm-pixel``, ``timm-pixel-linear``: ``in_pixels=True``) and
+    ``RotaryEmbeddingDinoV3`` (``dinov3``), ``Gemma4RotaryEmbedding2D`` (``gemma4-vision``:
+    :mod:`posenc.compat.gemma4`), their float32
     operations in timm's order, bit for bit on CPU torch. ``block_axes`` ``(0, 1)`` is timm's
     ``grid_indexing='ij'``, ``(1, 0)`` ``'xy'``; the layout ``rotate_half``. Returned as
     ``(cos, sin)`` (timm's ``get_embed`` is ``cat(sin, cos)``); NumPy out unless torch is
     asked for (a torch ``dtype``, ``device`` or ``like``)."""
-    del compat, cropped
-    kind = ROTARY_FAMILIES.get(family)
+    r = call.r
+    if call.family == gemma4.FAMILY:  # Gemma4RotaryEmbedding2D: transformers' arithmetic
+        return gemma4.rotary_grid(call)
+    kind = ROTARY_FAMILIES.get(call.family)
     if kind is None:
-        raise PosencError(f"`compat`: 'timm' replays {', '.join(ROTARY_FAMILIES)}, not {family!r}")
-    indexing, rotate_half = _check_table(family, kind, r, blocks)
+        raise PosencError(
+            f"`compat`: 'timm' replays {', '.join(ROTARY_FAMILIES)}, not {call.family!r}"
+        )
+    indexing, rotate_half = _check_table(call.family, kind, r, call.blocks)
+    offset: float | None = None
+    refs: list[float] | None = None
     if kind == DINOV3:
-        offset, mode = _dinov3_grid(family, dims, starts, steps)
+        offset, mode = _dinov3_grid(call.family, call.dims, call.starts, call.steps)
+    elif kind == PIXEL:
+        _pixel_grid(call.family, call.dims, call.starts, call.steps)
     else:
-        offset, refs = _cat_grid(family, kind, dims, starts, steps)
+        offset, refs = _cat_grid(call.family, kind, call.dims, call.starts, call.steps)
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if kind == DINOV3:
-            sin, cos = _dinov3_tables(dims, r.dim, r.base, offset, mode, indexing, rotate_half,
-                                      work)  # fmt: skip
+            sin, cos = _dinov3_tables(call.dims, r.dim, r.base, offset or 0.0, mode, indexing,
+                                      rotate_half, work)  # fmt: skip
         else:
-            sin, cos = _cat_tables(dims, r.dim, r.base, offset, refs, indexing, rotate_half,
-                                   work)  # fmt: skip
+            n = r.dim // 4
+            bands = (pixel_bands(n, r.base, r.spacing == "pixel-linear") if kind == PIXEL
+                     else lang_bands(n, r.base))  # fmt: skip
+            sin, cos = _cat_tables(call.dims, bands, offset, refs, indexing, rotate_half, work)
         return cos, sin
 
-    return compat_grid(tables, dtype=dtype, device=device, like=like)
+    return compat_grid(tables, call)

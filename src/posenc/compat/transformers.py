@@ -24,7 +24,7 @@ from posenc.errors import PosencError, check_int, check_real, show
 from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
 from posenc.evaluate.positions import Positions
 from posenc.spec import scaling as _scaling
-from posenc.spec.rotary import LAYOUTS, Rotary, section_axes
+from posenc.spec.rotary import Rotary, layout_columns, section_axes
 
 Casts = tuple[Any, ...]
 """The 16-bit dtypes a rotary module's ``inv_freq`` buffer was cast to, in order (``.to()``
@@ -79,7 +79,7 @@ def rope(
         angles = torch.take_along_dim(ids, axis.expand(*ids.shape[:-1], -1), dim=-1) * freq
     else:
         angles = ids[..., None] * freq
-    cols = torch.tensor(LAYOUTS[r.layout](r.dim // 2), device=x.device)
+    cols = torch.tensor(layout_columns(r.layout, r.dim // 2, r.blocks), device=x.device)
     cos = (angles.cos() * factor)[..., cols].to(out_dtype)
     sin = (angles.sin() * factor)[..., cols].to(out_dtype)
     cos, sin = compat_out((cos, sin), numpy_out)
@@ -124,13 +124,15 @@ FAMILIES: dict[str, Family] = {
     **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text"), Family("halves", sections=(16, 24, 24))),
     "qwen3_vl_text": Family("halves", sections=(24, 20, 20), interleave=True),
     **dict.fromkeys(("gemma3_text", "gemma3n_text"), Family("halves", per_layer=True)),
+    "gemma4_text": Family("halves", per_layer=True),  # per-layer head dims, proportional
     "olmo3": Family("halves", float32=True, per_layer=True),
 }  # fmt: skip
 """The model families whose rotary modules ``RotaryEmbedding.from_hf`` reproduces (each one
 checked bit for bit against transformers 5.23 in the tests), by ``config.model_type``."""
 
-_WRAPPERS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4", "gemma3", "gemma3n")  # text_config
+_WRAPPERS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4", "gemma3", "gemma3n", "gemma4")
 _NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved", "type")
+_PRF = "partial_rotary_factor"  # the proportional rule's own key: its width, not the table's
 _TAKEN = ("rope_type", "type", "rope_theta", "partial_rotary_factor")  # by every rope_type
 _SECTIONS = ("mrope_section", "mrope_interleaved")  # read by the multimodal families
 
@@ -221,13 +223,16 @@ def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
                 stacklevel=4,
             )
     scaled = rule is None or not rule.unscaled
-    head_dim = getattr(config, "head_dim", None)
+    head_dim = getattr(_layer_config(config, layer_type), "head_dim", None)
     if head_dim is None:
         hidden = _size(config, "hidden_size", model_type)
         head_dim = hidden // _size(config, "num_attention_heads", model_type)
     head_dim = check_int("config.head_dim", head_dim, minimum=1)
     factor = 1.0
-    if family.partial or scaled:
+    # a rule that reads partial_rotary_factor itself (proportional) spans the whole head,
+    # its frequencies past the factor 0
+    whole = rule is not None and _PRF in (*rule.required, *rule.optional)
+    if (family.partial or scaled) and not whole:
         name = f"config.rope_parameters{where}['partial_rotary_factor']"
         factor = check_real(name, rp.get("partial_rotary_factor", 1.0), positive=True)
         if int(head_dim * factor) > head_dim:
@@ -247,7 +252,7 @@ def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
     if longest is not None:
         longest = check_int("config.max_position_embeddings", longest, minimum=1)
     if scaled:
-        scaling = {k: v for k, v in rp.items() if k not in _NOT_SCALING}
+        scaling = {k: v for k, v in rp.items() if k not in _NOT_SCALING or (whole and k == _PRF)}
         scaling["rope_type"] = kind
         if rule is not None and rule.remembers_length and longest is None:
             raise PosencError(f"`config.max_position_embeddings` is missing ({model_type})")
@@ -278,6 +283,19 @@ def _family(config: Any) -> tuple[Any, Any, Family]:
             f"risk a silently different table); covered: {', '.join(sorted(FAMILIES))}"
         )
     return config, model_type, family
+
+
+def _layer_config(config: Any, layer_type: str | None) -> Any:
+    """The config a layer type's module reads its head dim from: Gemma 4's
+    ``config.per_layer_config[layer_type]`` (its full-attention layers' ``global_head_dim``),
+    else ``config``."""
+    per_layer = getattr(config, "per_layer_config", None) if layer_type is not None else None
+    if per_layer is None:
+        return config
+    try:
+        return per_layer[layer_type]
+    except (KeyError, ValueError, TypeError, IndexError):
+        return config
 
 
 def _parameters(config: Any, model_type: Any) -> dict[str, Any]:

@@ -4,7 +4,8 @@ exact engine: ``posenc.rope_grid(..., preset=family, compat="transformers")``.
 Each replay repeats the module's torch operations in their order and dtypes (transformers 5.x:
 ``PixtralVisionRotaryEmbedding``, ``Qwen2VLVisionRotaryEmbedding``,
 ``DINOv3ViTRopePositionEmbedding``, ``Sam2VideoVisionRotaryEmbedding``,
-``Sam3ViTRotaryEmbedding``, ``Llama4VisionRotaryEmbedding``): the float32 inverse frequencies as
+``Sam3ViTRotaryEmbedding``, ``Llama4VisionRotaryEmbedding``; Gemma 4's in
+:mod:`posenc.compat.gemma4`): the float32 inverse frequencies as
 the module builds them, its position ids (or DINOv3's patch centres) at the shapes it builds
 them, the float32 products and cosines and sines, then its layout, so the tables are bit for bit
 the module's on CPU torch (checked against transformers itself in the tests). Only the token
@@ -19,7 +20,8 @@ from typing import Any
 
 import torch
 
-from posenc.compat.grid import compat_grid
+from posenc.compat import gemma4
+from posenc.compat.grid import GridCall, compat_grid
 from posenc.errors import PosencError, show
 from posenc.spec.presets.vision import centred
 
@@ -235,34 +237,24 @@ def _check_positions(
         )
 
 
-def rotary_grid(
-    family: str,
-    compat: str,
-    dims: Sequence[int],
-    r: Any,
-    blocks: Sequence[int],
-    starts: Sequence[float],
-    steps: Sequence[float],
-    *,
-    cropped: bool,
-    dtype: Any,
-    device: Any,
-    like: Any,
-) -> tuple[Any, Any]:
+def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     """``posenc.rope_grid(shape, dim, preset=family, compat="transformers")``: the module's
     float32 ``cos, sin`` of a ``(rows, columns)`` grid, ``[rows * columns, dim]``, tokens
     row-major, in posenc's layout of the family (halves: Qwen2-VL, Pixtral, DINOv3;
     interleaved: SAM 2, SAM 3, Llama 4, whose complex slots become channel pairs). Cast to ``dtype``
     as the modules cast theirs (Pixtral and DINOv3 to the activations' dtype). NumPy out
     unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
-    if family not in FAMILIES:
-        raise PosencError(f"`compat={compat!r}` has no replay of preset {family!r}")
-    _check_form(family, r, blocks)
-    _check_positions(family, dims, starts, steps, cropped)
-    replay = FAMILIES[family][0]
+    r = call.r
+    if call.family == gemma4.FAMILY:  # shared with timm's module: one replay
+        return gemma4.rotary_grid(call)
+    if call.family not in FAMILIES:
+        raise PosencError(f"`compat={call.compat!r}` has no replay of preset {call.family!r}")
+    _check_form(call.family, r, call.blocks)
+    _check_positions(call.family, call.dims, call.starts, call.steps, call.cropped)
+    replay = FAMILIES[call.family][0]
 
     def tables(work: torch.device) -> Tables:
         with torch.no_grad():
-            return replay(dims, r.dim, float(r.base), float(steps[0]), work)
+            return replay(call.dims, r.dim, float(r.base), float(call.steps[0]), work)
 
-    return compat_grid(tables, dtype=dtype, device=device, like=like)
+    return compat_grid(tables, call)

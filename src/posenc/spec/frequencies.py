@@ -57,3 +57,15 @@ def frequencies(
         ratio = base / min_timescale
         out: np.ndarray = min_timescale * np.exp(k * (-np.log(ratio) / den))
         return out
+
+
+def pixel_bands(n: int, max_res: float, *, linear: bool) -> np.ndarray:
+    """timm's ``pixel_freq_bands``: ``n`` frequencies from ``pi`` up to ``pi * max_res / 2``
+    (the Nyquist frequency of ``max_res`` pixels over ``[-1, 1]``), in float64: evenly spaced
+    (``linear``) or log-spaced, ``pi * 2 ** (k * (log2(max_res) - 1) / (n - 1))``."""
+    u = np.arange(n, dtype=np.float64) / max(n - 1, 1)
+    if linear:
+        out: np.ndarray = np.pi * (1.0 + u * (max_res / 2 - 1.0))
+    else:
+        out = np.pi * np.exp2(u * (np.log2(max_res) - 1.0))
+    return out

@@ -26,11 +26,14 @@ from posenc.errors import (
     check_real,
     show,
 )
+from posenc.spec.frequencies import pixel_bands
 from posenc.spec.layout import PLANS, Plan
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.scaling import Scaling, parse_scaling
 
-RopeLayout = Literal["halves", "interleaved", "compact"]
+RopeLayout = Literal["halves", "interleaved", "compact", "block-halves"]
+PIXEL = ("pixel", "pixel-linear")
+"""The spacings of timm's pixel bands (log, linear): ``base`` is the maximum resolution."""
 
 
 LAYOUTS: dict[str, Callable[[int], list[int]]] = {
@@ -38,7 +41,20 @@ LAYOUTS: dict[str, Callable[[int], list[int]]] = {
     "interleaved": lambda n: [i for i in range(n) for _ in (0, 1)],  # GPT-J, Meta, FLUX
     "compact": lambda n: list(range(n)),  # flash-attn, vLLM: one column per pair
 }
-"""For ``n`` frequencies of a block, the frequency of each of the block's table columns."""
+"""For ``n`` frequencies of a block, the frequency of each of the block's table columns.
+``"block-halves"`` is :func:`layout_columns`'s: halves inside each of ``blocks`` blocks."""
+
+
+def layout_columns(layout: str, n: int, blocks: int = 1) -> list[int]:
+    """The frequency of each table column, for ``n`` frequencies: :data:`LAYOUTS`, or
+    ``"block-halves"``: the table cut into ``blocks`` equal blocks, block ``b`` holding the
+    ``n / blocks`` frequencies from ``b * n / blocks`` twice over (channel ``i`` of a block of
+    width ``w_b`` pairs with ``i + w_b / 2``: Allegro's per-axis halves, LTX-2's per-head
+    split)."""
+    if layout != "block-halves":
+        return LAYOUTS[layout](n)
+    m = n // blocks
+    return [j for b in range(blocks) for _ in (0, 1) for j in range(b * m, (b + 1) * m)]
 
 
 @dataclass(frozen=True)
@@ -64,9 +80,19 @@ class Rotary:
         axes_base: with ``axes_dim``, each block's own base in place of ``base`` (Cosmos's
             per-axis NTK bases).
         spacing: ``"lang"`` (the ladders above) or ``"ltx"``: LTX-Video's one ladder of ``n =
-            dim // 6`` frequencies ``(pi / 2) * base ** (k / (n - 1))``, each read by the three
-            position axes in turn (``(t, h, w)`` per frequency), after ``dim % 6`` channels
-            that do not rotate (frequency 0).
+            dim // (2 a)`` frequencies ``(pi / 2) * base ** (k / (n - 1))``, each read by the
+            ``a = ladder_axes`` position axes in turn (``(t, h, w)`` per frequency; LTX-2's
+            audio: one axis), after ``dim % (2 a)`` channels that do not rotate (frequency
+            0); ``"pixel"`` / ``"pixel-linear"`` (with ``axes_dim``): timm's pixel bands,
+            each block's ``d_k / 2`` frequencies from ``pi`` to ``pi * base / 2`` (``base`` the
+            maximum resolution), log- or evenly spaced.
+        interleave_axes: with ``axes_dim``, the blocks' frequencies taken in turn, ``(a_0
+            j_0, a_1 j_0, …, a_0 j_1, …)``, not block after block (Lumina-Next's
+            ``(h, w)`` per frequency); a preset's keyword.
+        blocks: with ``layout="block-halves"``, how many equal blocks hold halves (Allegro's
+            three axes, LTX-2's heads); a preset's keyword.
+        ladder_axes: with ``spacing="ltx"``, the position axes reading the ladder (3; 1 for
+            LTX-2's audio and cross-attention tables); a preset's keyword.
     """
 
     dim: int
@@ -79,12 +105,15 @@ class Rotary:
     axes_scale: tuple[float, ...] | None = None
     axes_base: tuple[float, ...] | None = None
     spacing: str = "lang"
+    interleave_axes: bool = False
+    blocks: int = 1
+    ladder_axes: int = 3
 
     @property
     def ndim(self) -> int:
-        """Position axes: 1, ``len(sections)``, ``len(axes_dim)``, or 3 (``ltx``)."""
+        """Position axes: 1, ``len(sections)``, ``len(axes_dim)``, or ``ladder_axes`` (``ltx``)."""
         if self.spacing == "ltx":
-            return 3
+            return self.ladder_axes
         return len(self.sections or self.axes_dim or (0,))
 
     @property
@@ -106,23 +135,31 @@ def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
     factor = 1.0
     if r.spacing == "ltx":  # one ladder, each frequency read by t, h, w in turn
-        n, still = r.dim // 6, (r.dim % 6) // 2
+        a = r.ladder_axes
+        n, still = r.dim // (2 * a), (r.dim % (2 * a)) // 2
         u = np.arange(n, dtype=np.float64) / max(n - 1, 1)
         ladder = (np.pi / 2) * r.base**u
         blocks.append((np.zeros(still), np.zeros(still, dtype=np.int64)))
-        blocks.append((np.repeat(ladder, 3), np.tile(np.arange(3), n)))
+        blocks.append((np.repeat(ladder, a), np.tile(np.arange(a), n)))
     elif r.axes_dim is not None:
         scales = r.axes_scale or (1.0,) * len(r.axes_dim)
         bases = r.axes_base or (r.base,) * len(r.axes_dim)
         for k, (dk, scale, base) in enumerate(zip(r.axes_dim, scales, bases, strict=True)):
-            omega, factor = r.scaling.frequencies(dk, base, seq_len)
+            if r.spacing in PIXEL:  # timm's pixel bands: no scaling rule (checked)
+                omega = pixel_bands(dk // 2, base, linear=r.spacing == "pixel-linear")
+            else:
+                omega, factor = r.scaling.frequencies(dk, base, seq_len)
             blocks.append((omega * scale, np.full(len(omega), k)))
     else:
         omega, factor = r.scaling.frequencies(r.dim, r.base, seq_len)
         blocks.append((omega, section_axes(r)))
     omega = np.concatenate([b[0] for b in blocks])
     axis = np.concatenate([b[1] for b in blocks]).astype(np.int64)
-    cols = np.asarray(LAYOUTS[r.layout](len(omega)), dtype=np.int64)  # each cos channel's u
+    if r.interleave_axes:  # frequency j of every block in turn, then j + 1 (Lumina-Next)
+        rank = np.concatenate([np.arange(len(b[0])) for b in blocks])
+        turn = np.lexsort((axis, rank))
+        omega, axis = omega[turn], axis[turn]
+    cols = np.asarray(layout_columns(r.layout, len(omega), r.blocks), dtype=np.int64)
     src = np.concatenate([2 * cols + 1, 2 * cols])  # cosines, then sines
     return Plan(len(src), r.ndim, omega, axis, src, label, factor)
 
@@ -163,6 +200,7 @@ def rotary(
     axes_dim: Any = None,
     axes_scale: Any = None,
     axes_base: Any = None,
+    blocks: Any = None,
 ) -> Rotary:
     """The checked :class:`Rotary` of :func:`rope`'s keywords: a preset's, replaced by those
     given, then the defaults (base 10000, halves)."""
@@ -175,6 +213,7 @@ def rotary(
         "axes_dim": axes_dim,
         "axes_scale": axes_scale,
         "axes_base": axes_base,
+        "blocks": blocks,
     }
     kw: dict[str, Any] = {"base": 10000.0, "layout": "halves", "interleave_sections": False}
     axial = per_block = None
@@ -187,6 +226,8 @@ def rotary(
     if axial is not None:  # the blocks this width takes, under every keyword given
         width = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
         kw = {**axial(width, check_real("base", kw["base"], positive=True)), **kw}
+    if layout not in (None, "block-halves") and blocks is None:
+        kw.pop("blocks", None)  # another layout given: the preset's blocks of halves go
     if per_block is not None and kw.get("axes_dim") is not None:  # what follows the blocks
         widths = _ints("axes_dim", kw["axes_dim"])
         kw = {**per_block(widths, check_real("base", kw["base"], positive=True)), **kw}
@@ -205,6 +246,9 @@ def _rotary(
     axes_scale: Any = None,
     axes_base: Any = None,
     spacing: Any = "lang",
+    interleave_axes: Any = False,
+    blocks: Any = None,
+    ladder_axes: Any = 3,
 ) -> Rotary:
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
     if dim % 2:
@@ -263,14 +307,26 @@ def _rotary(
             )
     axes_scale = _per_block("axes_scale", "factors", axes_scale, axes_dim, 1.0)
     axes_base = _per_block("axes_base", "bases", axes_base, axes_dim, base)
-    spacing = check_choice("spacing", spacing, ("lang", "ltx"))
+    spacing = check_choice("spacing", spacing, ("lang", "ltx", *PIXEL))
+    if spacing in PIXEL and (axes_dim is None or not s.is_default):
+        raise PosencError(
+            f"`spacing={spacing!r}` (timm's pixel bands) is a ladder per block: it needs "
+            "`axes_dim` and takes no `sections` or `scaling`"
+        )
     if spacing == "ltx" and (sections is not None or axes_dim is not None or not s.is_default):
         raise PosencError(
-            "`spacing='ltx'` is one ladder read by three axes: it takes no `sections`, "
+            "`spacing='ltx'` is one ladder read by every axis: it takes no `sections`, "
             "`axes_dim` or `scaling`"
         )
-    if spacing == "ltx" and dim < 6:
-        raise PosencError(f"`spacing='ltx'` needs `dim` >= 6 (dim // 6 frequencies), got {dim}")
+    ladder_axes = check_int("ladder_axes", ladder_axes, minimum=1, maximum=MAX_AXES)
+    if spacing == "ltx" and dim < 2 * ladder_axes:
+        raise PosencError(
+            f"`spacing='ltx'` needs `dim` >= {2 * ladder_axes} (dim // {2 * ladder_axes} "
+            f"frequencies), got {dim}"
+        )
+    blocks = _blocks(blocks, layout, dim)
+    if check_bool("interleave_axes", interleave_axes) and axes_dim is None:
+        raise PosencError("`interleave_axes` needs `axes_dim`: it takes the blocks in turn")
     return Rotary(
         dim,
         s,
@@ -282,7 +338,25 @@ def _rotary(
         axes_scale,
         axes_base,
         spacing,
+        bool(interleave_axes),
+        blocks=blocks,
+        ladder_axes=ladder_axes,
     )
+
+
+def _blocks(blocks: Any, layout: str, dim: int) -> int:
+    """``layout="block-halves"``'s count of equal blocks, each an even width (1 otherwise)."""
+    if blocks is None:
+        return 1
+    n = check_int("blocks", blocks, minimum=1, maximum=MAX_DIM)
+    if layout != "block-halves" and n != 1:
+        raise PosencError(f"`blocks` cuts the 'block-halves' layout, not {layout!r}: drop it")
+    if dim % (2 * n):
+        raise PosencError(
+            f"`blocks` = {n} must cut `dim` = {dim} into blocks of an even width "
+            f"(dim a multiple of 2 * blocks)"
+        )
+    return n
 
 
 def _per_block(

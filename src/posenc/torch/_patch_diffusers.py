@@ -262,6 +262,8 @@ def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 # FLUX's axial rotary tables
 
 FLUX_FORMS = {"FluxPosEmbed": False, "LongCatImagePosEmbed": False, "OvisImagePosEmbed": False,
+              "BriaEmbedND": False, "BriaPosEmbed": False, "BriaFiboEmbedND": False,
+              "Krea2RotaryPosEmbed": False,
               "Flux2PosEmbed": True, "Flux3PosEmbed": True}  # fmt: skip
 """The copies of FLUX's ``FluxPosEmbed``, and whether they read every axis of ``axes_dim``
 (True) or the first ``ids.shape[-1]`` (False, FLUX.1's)."""

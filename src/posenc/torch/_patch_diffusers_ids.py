@@ -1,9 +1,90 @@
-"""The recognisers of diffusers' rotary modules of FLUX-style id tables of other families (HiDream,
-PRX, Bria, Ernie-Image, Krea2), for :func:`posenc.torch.patch`."""
+"""The recognisers of diffusers' rotary modules of FLUX-style id tables of other families
+(HiDream, PRX, Ernie-Image), for :func:`posenc.torch.patch`; their stand-ins are in
+``_ids_rope.py``. The exact copies of FLUX's ``FluxPosEmbed`` (Bria, Bria-FIBO, Krea2) are
+``FLUX_FORMS`` of ``_patch_diffusers.py``."""
 
 from __future__ import annotations
 
-from posenc.torch._patching import Recogniser
+from typing import Any
 
-RECOGNISERS: tuple[Recogniser, ...] = ()
+import torch
+from torch import nn
+
+from posenc.errors import PosencError
+from posenc.torch._ids_rope import ErnieRope, MatrixRope
+from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+
+MATRIX_FORMS = {"HiDreamImageEmbedND": 2, "PRXEmbedND": 1}
+"""BFL's ``rope`` restated (rotation matrices per pair), and where each inserts the head axis."""
+
+ROWS = 1024
+"""Measured over ids ``0 … ROWS - 1`` on every axis."""
+
+
+def _df(module: Any) -> bool:
+    return from_library(module, "diffusers")
+
+
+def _ids(n: int) -> torch.Tensor:
+    return torch.arange(ROWS, dtype=torch.float32)[None, :, None].expand(1, -1, n)
+
+
+def matrix_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """HiDream's ``HiDreamImageEmbedND`` and PRX's ``PRXEmbedND``: rotation matrices of ids,
+    float64 in diffusers."""
+    name = type(module).__name__
+    if not (name in MATRIX_FORMS and _df(module)):
+        return None
+    m: Any = module
+    try:
+        theta, axes = m.theta, tuple(int(d) for d in m.axes_dim)
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return MatrixRope(theta, axes, MATRIX_FORMS[name], compat)
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    ids = _ids(len(axes))
+    return Found(
+        name,
+        f"rope(axes_dim={axes}, base={theta}, layout='compact') as [[cos, -sin], [sin, cos]]",
+        build,
+        numbers=lambda: [module(ids)],
+        probe=lambda new: [new(ids)],
+        note=f"max diff over ids 0 … {ROWS - 1} on every axis",
+    )
+
+
+def ernie_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Ernie-Image's ``ErnieImageEmbedND3``: float32 angles of ids."""
+    name = type(module).__name__
+    if not (name == "ErnieImageEmbedND3" and _df(module)):
+        return None
+    m: Any = module
+    try:
+        dim, theta, axes = int(m.dim), m.theta, tuple(int(d) for d in m.axes_dim)
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, "not covered: not the attributes of diffusers' ErnieImageEmbedND3")
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return ErnieRope(dim, theta, axes, compat)
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    ids = _ids(3)
+    return Found(
+        name,
+        f"float64 angles of rope(axes_dim={axes}, base={theta}) rounded once",
+        build,
+        numbers=lambda: [module(ids)],
+        probe=lambda new: [new(ids)],
+        note=f"max diff of the angles over ids 0 … {ROWS - 1} on every axis",
+    )
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (matrix_rope, ernie_rope)
 """Asked before diffusers' catch-all ``others``."""

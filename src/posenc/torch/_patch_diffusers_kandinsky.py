@@ -1,9 +1,257 @@
-"""The recognisers of diffusers' rotary modules of Kandinsky 5 and 6, OmniGen and the other one-off
-families, for :func:`posenc.torch.patch`."""
+"""The recognisers of diffusers' rotary modules of Kandinsky 5 and 6 (``Kandinsky5RoPE1D``,
+``Kandinsky5RoPE3D``, ``Kandinsky6RoPE1D``, ``Kandinsky6RoPE3D``, ``Kandinsky6SRRoPE3D``), of
+the one-off ``rotate_half`` modules (OmniGen's longrope, Ideogram 4's and Cosmos 3's
+interleaved mrope, MiniMax-Music 3's, LongCat-AudioDiT's and Anima's 1-D RoPE), for
+:func:`posenc.torch.patch`, and of the rotary modules posenc leaves alone on purpose (Mochi's
+learned frequencies; the modules that hand out angles, not tables). Their stand-ins are in
+``_kandinsky_rope.py``.
+"""
 
 from __future__ import annotations
 
-from posenc.torch._patching import Recogniser
+from typing import Any
 
-RECOGNISERS: tuple[Recogniser, ...] = ()
+import torch
+from torch import Tensor, nn
+
+from posenc.errors import PosencError
+from posenc.spec.presets.vision_kandinsky import KANDINSKY_SCALE, KANDINSKY_SCALE_LARGE
+from posenc.torch._kandinsky_rope import HalvesRope, KandinskyRope1D, KandinskyRope3D
+from posenc.torch._patching import (
+    Found,
+    Recogniser,
+    device_of,
+    float_dtype,
+    from_library,
+    left_alone,
+)
+
+ONE_D = ("Kandinsky5RoPE1D", "Kandinsky6RoPE1D")
+THREE_D = ("Kandinsky5RoPE3D", "Kandinsky6RoPE3D", "Kandinsky6SRRoPE3D")
+
+
+def _df(module: Any) -> bool:
+    return from_library(module, "diffusers")
+
+
+def _built(make: Any) -> nn.Module | str:
+    try:
+        out: nn.Module = make()
+    except PosencError as err:
+        return f"not covered: {err}"
+    return out
+
+
+def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Kandinsky's text (and Kandinsky 6's audio) rotary module, measured over its rows
+    ``0 … max_pos - 1``."""
+    name = type(module).__name__
+    if not (name in ONE_D and _df(module)):
+        return None
+    m: Any = module
+    try:
+        dim, rows, base = int(m.dim), int(m.max_pos), float(m.max_period)
+        scaling = float(m.freqs_scaling) if name == "Kandinsky6RoPE1D" else None
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+    dtype, device = float_dtype(module) or torch.float32, device_of(module)
+
+    def build(compat: str | None) -> nn.Module | str:
+        return _built(lambda: KandinskyRope1D(
+            dim, rows, base, freqs_scaling=scaling, device=device, dtype=dtype,
+            compat=None if compat is None else "diffusers"))  # fmt: skip
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [mod(torch.arange(rows, device=device))]
+
+    return Found(name, f"rope(pos, {dim}, preset='kandinsky5', axes_dim=({dim},))", build,
+                 numbers=lambda: run(module), probe=run,
+                 note=f"max diff over positions 0 … {rows - 1}")  # fmt: skip
+
+
+def kandinsky_rope_3d(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Kandinsky's video rotary module, measured one axis at a time over its rows (``max_pos``
+    per axis), at both of Kandinsky 5's ``scale_factor``s."""
+    name = type(module).__name__
+    if not (name in THREE_D and _df(module)):
+        return None
+    m: Any = module
+    try:
+        axes = tuple(int(d) for d in m.axes_dims)
+        rows, base = tuple(int(n) for n in m.max_pos), float(m.max_period)
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+    if len(axes) != 3 or len(rows) != 3:
+        return left_alone(name, f"not covered: axes_dims {axes} is not three axes")
+    dtype, device = float_dtype(module) or torch.float32, device_of(module)
+    batched = name == "Kandinsky5RoPE3D"
+    preset = "kandinsky5" if batched else "kandinsky6"
+
+    def build(compat: str | None) -> nn.Module | str:
+        return _built(lambda: KandinskyRope3D(
+            axes, rows, base, batched=batched, device=device, dtype=dtype,
+            compat=None if compat is None else "diffusers"))  # fmt: skip
+
+    probes = []
+    for a in range(3):
+        pos = [torch.arange(rows[b] if b == a else 1, device=device) for b in range(3)]
+        probes += [(pos, KANDINSKY_SCALE), (pos, KANDINSKY_SCALE_LARGE)]
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        if batched:
+            return [mod((1, *(len(p) for p in pos)), pos, s) for pos, s in probes]
+        return [mod(pos, s) for pos, s in probes]
+
+    return Found(name, f"rope_grid(preset={preset!r}, axes_dim={axes})", build,
+                 numbers=lambda: run(module), probe=run,
+                 note=f"max diff over rows {rows} of each axis, scale_factor (1, 2, 2) and "
+                 "(1, 3.16, 3.16)")  # fmt: skip
+
+
+LEFT_ALONE = {
+    "MochiRoPE": "learned, left alone: Mochi's frequencies are the model's trained "
+    "pos_frequencies parameter [3, heads, d / 2], not a fixed encoding",
+    "StableAudio3RotaryEmbedding": "not covered: it returns float32 angles, whose cos and sin "
+    "the attention takes itself (no table to make exact); its inv_freq is in the checkpoint",
+    "RotaryEmbedding": "not covered: SAME's module returns float32 angles, whose cos and sin "
+    "the attention takes itself (no table to make exact)",
+}
+"""The rotary modules left alone on purpose, and why."""
+_LIBRARY_PATHS = {"RotaryEmbedding": "diffusers.models.autoencoders.autoencoder_same"}
+
+
+def on_purpose(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """The modules of ``LEFT_ALONE``, reported with their reason."""
+    name = type(module).__name__
+    if name not in LEFT_ALONE or not _df(module):
+        return None
+    where = _LIBRARY_PATHS.get(name)
+    if where is not None and type(module).__module__ != where:
+        return None
+    return left_alone(name, LEFT_ALONE[name])
+
+
+# ---------------------------------------------------------------------------------------------
+# the rotate_half modules
+
+
+def _base_of(module: Any, root: nn.Module, d: int) -> float | None:
+    """The base a module's float32 ``inv_freq`` buffer was built from (the model's
+    ``rope_theta``, or the estimate from the buffer that rebuilds it bit for bit), or None."""
+    inv = module.inv_freq
+    if inv.is_meta or inv.dtype != torch.float32 or inv.numel() != d // 2 or d < 4:
+        return None
+    guess = float(1.0 / inv[1].double()) ** (d / 2)
+    config = getattr(root, "config", None)
+    for base in (getattr(config, "rope_theta", None), round(guess), float(f"{guess:.3g}")):
+        if isinstance(base, int | float) and base > 0:
+            rebuilt = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+            if torch.equal(rebuilt, inv.cpu()):
+                return float(base)
+    return None
+
+
+def _halves(name: str, dim: int, base: float, form: str, note: str, probes: Any, *,
+            scaling: dict[str, Any] | None = None, sections: tuple[int, ...] | None = None,
+            module: nn.Module) -> Found:  # fmt: skip
+    """A :class:`Found` for a :class:`HalvesRope` stand-in, measured on ``probes`` (the
+    arguments of calls)."""
+
+    def build(compat: str | None) -> nn.Module | str:
+        return _built(lambda: HalvesRope(
+            dim, base, form=form, scaling=scaling, sections=sections, device=device_of(module),
+            compat=None if compat is None else "transformers"))  # fmt: skip
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [t for args in probes for t in mod(*args)]
+
+    extra = "" if sections is None else f", sections={sections}, interleave_sections=True"
+    if scaling is not None:
+        extra = ", preset='omnigen', scaling={'rope_type': 'longrope', …}"
+    return Found(name, f"rope(pos, {dim}, base={base:g}{extra})", build,
+                 numbers=lambda: run(module), probe=run, note=note)  # fmt: skip
+
+
+def omnigen_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """OmniGen's Phi-3 longrope, measured over its original length (short factors) and four
+    times that (long)."""
+    name = type(module).__name__
+    if not (name == "OmniGenSuScaledRotaryEmbedding" and _df(module)):
+        return None
+    m: Any = module
+    try:
+        dim, base, short = int(m.dim), float(m.base), int(m.original_max_position_embeddings)
+        scaling: dict[str, Any] = {"rope_type": "longrope", "short_factor": list(m.short_factor),
+                   "long_factor": list(m.long_factor),
+                   "original_max_position_embeddings": short,
+                   "max_position_embeddings": int(m.max_position_embeddings)}  # fmt: skip
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+    x = torch.zeros(1, device=device_of(module))
+    probes = [(x, torch.arange(n, device=x.device)[None]) for n in (short, 4 * short)]
+    return _halves(name, dim, base, "omnigen", f"max diff over positions 0 … {short - 1} "
+                   f"(short factors) and 0 … {4 * short - 1} (long)", probes, scaling=scaling,
+                   module=module)  # fmt: skip
+
+
+def mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Ideogram 4's and Cosmos 3's interleaved mrope (Qwen3-VL's), measured over positions
+    0 … 4095 and, Ideogram 4's images, 65536 … 69631 on every axis."""
+    name = type(module).__name__
+    if not (name in ("Ideogram4MRoPE", "Cosmos3VLTextRotaryEmbedding") and _df(module)):
+        return None
+    m: Any = module
+    try:
+        ideogram = name == "Ideogram4MRoPE"
+        sections = tuple(int(n) for n in (m.mrope_section if ideogram else m.rope_axes_dim))
+        dim = 2 * int(m.inv_freq.numel())
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+    base = _base_of(m, root, dim)
+    if base is None:
+        return left_alone(name, "not covered: its inv_freq buffer is not float32 "
+                          "1 / base ** (2j / d) of a base posenc can read")  # fmt: skip
+    device = device_of(module)
+    pos = [torch.arange(4096, device=device), 65536 + torch.arange(4096, device=device)]
+    probes: list[tuple[Any, ...]]
+    if ideogram:
+        probes = [(p[None, :, None].expand(1, -1, 3),) for p in pos]
+    else:
+        probes = [(p[None], device, torch.float32) for p in pos]
+    return _halves(name, dim, base, "ideogram4" if ideogram else "cosmos3",
+                   "max diff over positions 0 … 4095 and 65536 … 69631 on every axis", probes,
+                   sections=sections, module=module)  # fmt: skip
+
+
+def audio_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """MiniMax-Music 3's, LongCat-AudioDiT's and Anima's 1-D RoPE, measured over positions
+    0 … 8191."""
+    name = type(module).__name__
+    forms = {"MiniMaxMusic3RotaryEmbedding": "minimax", "AudioDiTRotaryEmbedding": "audiodit",
+             "AnimaRotaryEmbedding": "anima"}  # fmt: skip
+    if not (name in forms and _df(module)):
+        return None
+    m: Any = module
+    device, n = device_of(module), 8192
+    try:
+        if name == "AnimaRotaryEmbedding":
+            dim = 2 * int(m.inv_freq.numel())
+            base: float | None = _base_of(m, root, dim)
+        else:
+            dim = int(m.rotary_dim) if hasattr(m, "rotary_dim") else int(m.dim)
+            base = float(m.theta) if hasattr(m, "theta") else float(m.base)
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+    if base is None:
+        return left_alone(name, "not covered: its inv_freq buffer is not float32 "
+                          "1 / base ** (2j / d) of a base posenc can read")  # fmt: skip
+    x = torch.zeros(1, n, 1, device=device)
+    probes = {"minimax": [(n, device)], "audiodit": [(x,)],
+              "anima": [(x, torch.arange(n, device=device)[None])]}[forms[name]]  # fmt: skip
+    return _halves(name, dim, base, forms[name], f"max diff over positions 0 … {n - 1}",
+                   probes, module=module)  # fmt: skip
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (kandinsky_rope_1d, kandinsky_rope_3d, omnigen_rope, mrope,
+                                        audio_rope, on_purpose)  # fmt: skip
 """Asked before diffusers' catch-all ``others``."""

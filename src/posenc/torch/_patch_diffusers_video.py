@@ -1,10 +1,396 @@
 """The recognisers of diffusers' rotary modules of the video and image families that share Wan's,
-HunyuanVideo's or Qwen-Image's formula (HunyuanImage-2.1, Framepack, Motif-Video, Helios,
-ChronoEdit, AnyFlow, SANA-WM, MiniMax-H3, Qwen-Image 2.1 …), for :func:`posenc.torch.patch`."""
+HunyuanVideo's, CogVideoX's or Qwen-Image's formula, for :func:`posenc.torch.patch`:
+``HunyuanImageRotaryPosEmbed`` (HunyuanImage-2.1), ``MotifVideoRotaryPosEmbed``,
+``HunyuanVideoFramepackRotaryPosEmbed`` (Framepack), ``HeliosRotaryPosEmbed``,
+``ChronoEditRotaryPosEmbed``, ``EasyAnimateRotaryPosEmbed``, ``SanaWMRotaryPosEmbed``,
+``AnyFlowRotaryPosEmbed``, ``QwenEmbedLayer3DRope`` (Qwen-Image-Layered),
+``NucleusMoEEmbedRope``, ``QwenImage21Rope`` (Qwen-Image 2.1) and
+``MiniMaxH3RotaryPosEmbed`` (and its VAE's ``MiniMaxH3VideoRotaryPosEmbed``), and
+``AnyFlowCausalRotaryPosEmbed``. Sana-Video's and Wan-Animate's ``WanRotaryPosEmbed`` are Wan's
+own module (``_patch_diffusers_rope.py``). Stand-ins: ``_video_rope.py``."""
 
 from __future__ import annotations
 
-from posenc.torch._patching import Recogniser
+import copy
+from collections.abc import Callable
+from typing import Any
 
-RECOGNISERS: tuple[Recogniser, ...] = ()
+import torch
+from torch import Tensor, nn
+
+from posenc.compat import diffusers_video as original
+from posenc.errors import PosencError
+from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+from posenc.torch._video_rope import (
+    ChronoEditRope,
+    EasyAnimateRope,
+    FramepackRope,
+    HeliosRope,
+    HunyuanGridRope,
+    MiniMaxRope,
+    MiniMaxVideoRope,
+    Qwen21Rope,
+    QwenVariantRope,
+)
+from posenc.torch._video_rope_complex import AnyFlowCausalRope, AnyFlowRope, SanaWMRope
+
+
+def _ours(module: nn.Module, *names: str) -> bool:
+    return type(module).__name__ in names and from_library(module, "diffusers")
+
+
+def _covered(make: Callable[[str | None], nn.Module]) -> Callable[[str | None], nn.Module | str]:
+    """``build`` of a :class:`Found`: the stand-in, or why there is none."""
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return make(None if compat is None else "diffusers")
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    return build
+
+
+def _unlike(name: str) -> Found:
+    return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+
+
+HUNYUAN_GRIDS = {"HunyuanImageRotaryPosEmbed": "hunyuan-image",
+                 "MotifVideoRotaryPosEmbed": "hunyuan-video"}  # fmt: skip
+
+
+def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """HunyuanImage-2.1's rotary module (float32, computed per call) and Motif-Video's (float64
+    frequencies), measured on a 2048 x 2048 image (64 x 64 patches) and a 1280 x 768 one, or a
+    33 x 45 x 80 video grid (three axes)."""
+    name = type(module).__name__
+    if not _ours(module, *HUNYUAN_GRIDS):
+        return None
+    m: Any = module
+    preset, motif = HUNYUAN_GRIDS[name], name.startswith("Motif")
+    try:
+        patch = ((int(m.patch_size_t), int(m.patch_size), int(m.patch_size)) if motif
+                 else tuple(int(p) for p in m.patch_size))  # fmt: skip
+        axes, theta = tuple(int(d) for d in m.rope_dim), float(m.theta)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    sides = [(64, 64), (24, 40)] if len(patch) == 2 else [(33, 45, 80)]
+    probes = [torch.zeros(1, 1, *(n * p for n, p in zip(s, patch, strict=True))) for s in sides]
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [t for x in probes for t in mod(x)]
+
+    def make(mode: str | None) -> nn.Module:
+        return HunyuanGridRope(preset, patch, axes, theta, wide=motif, compat=mode)
+
+    return Found(name, f"rope_grid(preset={preset!r}, axes_dim={axes})", _covered(make),
+                 numbers=lambda: run(module), probe=run,
+                 note=f"max diff over the patch grids {', '.join(map(str, sides))}")  # fmt: skip
+
+
+def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Framepack's rotary module (HunyuanVideo's float32 tables at given frame indices),
+    measured over frames 0 … 36 of a 45 x 80 patch grid."""
+    name = "HunyuanVideoFramepackRotaryPosEmbed"
+    if not _ours(module, name):
+        return None
+    m: Any = module
+    try:
+        p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
+        axes = tuple(int(d) for d in m.rope_dim)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    if len(axes) != 3:
+        return left_alone(name, f"not covered: rope_dim {axes} is not three axes")
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return list(mod(torch.arange(37), 45 * p, 80 * p, torch.device("cpu")))
+
+    build = _covered(lambda mode: FramepackRope(p, p_t, axes, theta, mode))
+    return Found(name, f"posenc.rope(ids, {sum(axes)}, preset='hunyuan-video', axes_dim={axes})",
+                 build, numbers=lambda: run(module), probe=run,
+                 note="max diff over frames 0 … 36 of 45 x 80 patches")  # fmt: skip
+
+
+def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """ChronoEdit's rotary module: Wan's float32 buffers of rows ``0 … max_seq_len - 1`` per
+    axis (float64 angles; float32 on a host with MPS), measured whole."""
+    name = "ChronoEditRotaryPosEmbed"
+    if not _ours(module, name):
+        return None
+    m: Any = module
+    try:
+        dim, patch, rows = int(m.attention_head_dim), tuple(m.patch_size), int(m.max_seq_len)
+        skip, saved = int(m.temporal_skip_len), (m.freqs_cos, m.freqs_sin)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    side = 2 * (dim // 6)
+    if side != dim // 3:
+        why = f"its forward splits the head {dim} at {dim // 3}, its tables at {side}"
+        return left_alone(name, f"not covered: {why} (d % 6 = 4): another table")
+    if saved[0].is_meta:
+        return left_alone(name, "its tables are on the meta device: load the model first")
+    axes = (dim - 2 * side, side, side)
+    mps = "diffusers-mps" if torch.backends.mps.is_available() else "diffusers"
+
+    def make(mode: str | None) -> nn.Module:
+        return ChronoEditRope(dim, patch, rows, skip, axes_dim=axes,
+                              compat=None if mode is None else mps,
+                              device=saved[0].device).to(saved[0].dtype)  # fmt: skip
+
+    def probe(new: Any) -> list[Tensor]:
+        out: list[Tensor] = new.axis_tables(rows)
+        return out
+
+    return Found(name, f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes})",
+                 _covered(make), numbers=lambda: [t.detach() for t in saved], probe=probe,
+                 note=f"max diff over its tables of rows 0 … {rows - 1}")  # fmt: skip
+
+
+def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """EasyAnimate's rotary module (CogVideoX's float32 crop grids), measured on 13 latent
+    frames of 512 x 512 and 720 x 1280 videos."""
+    name = "EasyAnimateRotaryPosEmbed"
+    if not _ours(module, name):
+        return None
+    m: Any = module
+    try:
+        p, dim = int(m.patch_size), int(m.rope_dim)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    probes = [torch.zeros(1, 1, 13, 64, 64), torch.zeros(1, 1, 13, 90, 160)]
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [t for x in probes for t in mod(x)]
+
+    return Found(name, f"rope_grid({dim}, preset='cogvideox') on EasyAnimate's crop",
+                 _covered(lambda mode: EasyAnimateRope(dim, p, mode)),
+                 numbers=lambda: run(module), probe=run,
+                 note="max diff over 13 latent frames of 64 x 64 and 90 x 160")  # fmt: skip
+
+
+QWEN_VARIANTS = {"QwenEmbedLayer3DRope": "layered", "NucleusMoEEmbedRope": "nucleus"}
+
+
+def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Qwen-Image-Layered's and NucleusMoE-Image's rotary modules (Qwen-Image's complex64
+    tables), measured on 1328 x 1328 images (two layers and the condition for Layered) and
+    1024 text tokens."""
+    name = type(module).__name__
+    if not _ours(module, *QWEN_VARIANTS):
+        return None
+    m: Any = module
+    try:
+        theta, axes, scale = float(m.theta), tuple(int(d) for d in m.axes_dim), bool(m.scale_rope)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    if len(axes) != 3:
+        return left_alone(name, f"not covered: axes_dim {axes} is not three axes")
+    variant = QWEN_VARIANTS[name]
+    shapes = [[(1, 83, 83)] * (3 if variant == "layered" else 1)]
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        out = mod(shapes, max_txt_seq_len=1024, device=torch.device("cpu"))
+        return [torch.view_as_real(t) for t in out]
+
+    build = _covered(lambda mode: QwenVariantRope(theta, axes, scale, variant, mode))
+    return Found(name, f"rope_grid(preset='qwen-image', axes_dim={axes})", build,
+                 numbers=lambda: run(module), probe=run,
+                 note="max diff over 1328 x 1328 images and 1024 text tokens")  # fmt: skip
+
+
+def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Qwen-Image 2.1's rotary module (complex64 rows of positions -1024 … 8191), measured on
+    a sequence of 64 text tokens, a 1328 x 1328 image (83 x 83 tokens) and 32 text tokens."""
+    name = "QwenImage21Rope"
+    if not _ours(module, name):
+        return None
+    m: Any = module
+    try:
+        theta, axes = float(m.theta), tuple(int(d) for d in m.axes_dim)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    if len(axes) != 3:
+        return left_alone(name, f"not covered: axes_dim {axes} is not three axes")
+    mask = torch.zeros(64 + 83 * 83 + 32, dtype=torch.bool)
+    mask[64 : 64 + 83 * 83] = True
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [torch.view_as_real(mod([(1, 83, 83)], mask, torch.device("cpu")))]
+
+    build = _covered(lambda mode: Qwen21Rope(theta, axes, mode))
+    return Found(name, f"posenc.rope(ids, {sum(axes)}, preset='qwen-image', layout='compact')",
+                 build, numbers=lambda: run(copy.deepcopy(module)), probe=run,
+                 note="max diff over 64 text tokens, an 83 x 83 image, 32 text tokens")  # fmt: skip
+
+
+def helios_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Helios's rotary module (HunyuanVideo's float32 tables at given frame indices, cos then
+    sin channels first), measured over frames 0 … 20 of a 30 x 52 patch grid (480p)."""
+    name = "HeliosRotaryPosEmbed"
+    if not _ours(module, name):
+        return None
+    m: Any = module
+    try:
+        axes, theta = (int(m.DT), int(m.DY), int(m.DX)), float(m.theta)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [mod(torch.arange(21)[None], 30, 52, torch.device("cpu"))]
+
+    return Found(name, f"posenc.rope(ids, {sum(axes)}, axes_dim={axes}, base={theta:g})",
+                 _covered(lambda mode: HeliosRope(axes, theta, mode)), numbers=lambda: run(module),
+                 probe=run, note="max diff over frames 0 … 20 of 30 x 52 patches")  # fmt: skip
+
+
+def _wan_blocks(dim: int) -> tuple[int, int, int]:
+    side = 2 * (dim // 6)
+    return (dim - 2 * side, side, side)
+
+
+def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """SANA-WM's rotary module (Wan's blocks as complex64 rows of float32 angles; it keeps no
+    theta: its table must be the one of theta 10000 and Wan's split) and AnyFlow's (complex128
+    rows of float64 angles), measured over a 21 x 30 x 52 patch grid (81 frames of 480p)."""
+    name = type(module).__name__
+    if not _ours(module, "SanaWMRotaryPosEmbed", "AnyFlowRotaryPosEmbed"):
+        return None
+    m: Any = module
+    sana = name.startswith("Sana")
+    try:
+        dim, rows = int(m.attention_head_dim), int(m.max_seq_len)
+        theta = 10000.0 if sana else float(m.theta)
+        kept = m.freqs if sana else None
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    axes = _wan_blocks(dim)
+    if kept is not None:
+        pos = [torch.arange(rows)]
+        own = torch.cat([original.complex_grid(pos, (d,), theta) for d in axes], dim=-1)
+        if not (isinstance(kept, Tensor) and kept.shape == own.shape and torch.equal(kept, own)):
+            return left_alone(name, "not covered: its table is not the one of theta 10000 and "
+                              f"Wan's split {axes} (another fhw_dim)")  # fmt: skip
+    fhw = tuple(min(n, rows) for n in (21, 30, 52))
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        if sana:
+            out = mod(fhw, device=torch.device("cpu"))
+        else:
+            cfg = {"total_frames": fhw[0], "full_frame_shape": fhw[1:]}
+            out = mod(layout_cfg=cfg, device=torch.device("cpu"))["query"]
+        return [torch.view_as_real(out)]
+
+    def make(mode: str | None) -> nn.Module:
+        stand_in = SanaWMRope if sana else AnyFlowRope
+        return stand_in(dim, axes, theta, wide=not sana, compat=mode)
+
+    return Found(name, f"rope_grid({dim}, preset='wan', layout='compact')", _covered(make),
+                 numbers=lambda: run(copy.deepcopy(module)), probe=run,
+                 note=f"max diff over a {' x '.join(map(str, fhw))} patch grid")  # fmt: skip
+
+
+def _theta(inv: Tensor, n: int, ladder: Callable[[float], Tensor], usual: float) -> float | None:
+    """The base of a ladder kept without its theta (``inv[1] = theta ** (-1 / n)``): the one of
+    its estimate and ``usual`` whose ladder (cast as the buffer is) it holds bit for bit."""
+    try:
+        guess = float(round(1.0 / float(inv[1].double()) ** n)) if n > 1 else usual
+    except (IndexError, ZeroDivisionError, OverflowError):
+        return None
+    kept = inv.detach().cpu()
+    found = [t for t in (guess, usual) if torch.equal(ladder(t).to(kept.dtype), kept)]
+    return found[0] if found else None
+
+
+def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """MiniMax-H3's rotary module (one float32 ladder shared by t, h, w), measured over the
+    positions of a 16 x 45 x 80 grid (61 frames of 720p), and its VAE decoder's (coordinates
+    in [-1, 1), 2 pi times a ladder of base 100), over a 31 x 44 x 80 grid (121 frames of
+    704 x 1280)."""
+    name = type(module).__name__
+    if not _ours(module, "MiniMaxH3RotaryPosEmbed", "MiniMaxH3VideoRotaryPosEmbed"):
+        return None
+    m: Any = module
+    vae = name == "MiniMaxH3VideoRotaryPosEmbed"
+    try:
+        inv: Tensor = m.inv_freq
+        n = int(inv.numel()) if vae else int(m.rope_freq_dim)
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+
+    def ladder(theta: float) -> Tensor:  # diffusers' float32 inv_freq
+        if vae:
+            return 1.0 / theta ** torch.arange(0, 1, 6 / (6 * n), dtype=torch.float32)
+        return 1.0 / (theta ** (torch.arange(0, 2 * n, 2, dtype=torch.float32) / (2 * n)))
+
+    theta = _theta(inv, n, ladder, 100.0 if vae else 10000.0)
+    if theta is None:
+        return left_alone(name, "not covered: its inv_freq is no ladder of an integer theta")
+    dims = (31, 44, 80) if vae else (16, 45, 80)
+    axes = [torch.arange(k, dtype=torch.float32) for k in dims]
+    if vae:  # the decoder's cell centres 2 (i + 0.5) / n - 1
+        axes = [2.0 * (torch.arange(0.5, k, dtype=torch.float32) / k) - 1.0 for k in dims]
+    ids = torch.stack([g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")], -1)
+    ids = ids[None] if vae else ids
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return list(mod(ids))
+
+    def make(mode: str | None) -> nn.Module:
+        stand_in = MiniMaxVideoRope if vae else MiniMaxRope
+        return stand_in(n, theta, mode, dtype=inv.dtype).to(inv.device)
+
+    what = (f"posenc.rope(c, {6 * n}, base={theta:g}, axes_scale=2 pi, layout='halves')" if vae
+            else f"posenc.rope(position_ids, {6 * n}, preset='minimax-h3')")  # fmt: skip
+    return Found(name, what, _covered(make), numbers=lambda: run(module), probe=run,
+                 note=f"max diff over the positions of a {' x '.join(map(str, dims))} "
+                 "grid")  # fmt: skip
+
+
+def anyflow_far_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """AnyFlow FAR's rotary module (complex128; compressed context frames pooled), measured on
+    a 21-frame 480p video (30 x 52 patches, 15 x 26 compressed), 12 frames compressed."""
+    name = "AnyFlowCausalRotaryPosEmbed"
+    if not _ours(module, name):
+        return None
+    m: Any = module
+    try:
+        dim, rows, theta = int(m.attention_head_dim), int(m.max_seq_len), float(m.theta)
+        pool = tuple(int(c) // int(p) for c, p in zip(m.compressed_patch_size, m.patch_size,
+                                                       strict=True))  # fmt: skip
+    except (AttributeError, TypeError, ValueError):
+        return _unlike(name)
+    if len(pool) != 3:
+        return left_alone(name, f"not covered: patch sizes of {len(pool)} axes")
+    axes = _wan_blocks(dim)
+    cfg = {
+        "total_frames": min(21, rows),
+        "num_compressed_frames": min(12, rows),
+        "full_frame_shape": (min(30, rows), min(52, rows)),
+        "compressed_frame_shape": (min(15, rows // pool[1]), min(26, rows // pool[2])),
+    }
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [torch.view_as_real(mod(cfg, torch.device("cpu"))["query"])]
+
+    def make(mode: str | None) -> nn.Module:
+        return AnyFlowCausalRope(dim, axes, theta, pool, rows, compat=mode)
+
+    return Found(name, f"rope_grid({dim}, preset='wan', layout='compact'), pooled rows at their "
+                 "centres", _covered(make), numbers=lambda: run(copy.deepcopy(module)), probe=run,
+                 note="max diff over 12 compressed frames of 15 x 26 and 9 of 30 x 52")  # fmt: skip
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (
+    hunyuan_grid_rope,
+    framepack_rope,
+    chronoedit_rope,
+    easyanimate_rope,
+    qwen_variant_rope,
+    qwen21_rope,
+    helios_rope,
+    complex_wan_rope,
+    anyflow_far_rope,
+    minimax_rope,
+)
 """Asked before diffusers' catch-all ``others``."""

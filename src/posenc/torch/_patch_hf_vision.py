@@ -13,7 +13,10 @@ Covered, each by its class name (and a module path under ``transformers.``):
   ``sam3-vit``);
 - DINOv3's ``forward(pixel_values)``: the patch centres of the image's grid (preset ``dinov3``);
 - Llama 4's vision ``forward(hidden_states)``: its complex ``freqs_ci`` table, the class token
-  last (preset ``llama4-vision``).
+  last (preset ``llama4-vision``);
+- Gemma 4's vision encoder ``forward(x, position_ids)``: ``[B, N, 2]`` (x, y) ids, ``[x | x][y
+  | y]`` tables in ``x``'s dtype (preset ``gemma4-vision``; stand-in
+  :class:`~posenc.torch._gemma4_rope.Gemma4VisionRope`, shared with timm's module).
 
 Each stand-in (:class:`VisionRope`) is called as the original is and returns what the model
 consumes (shapes, dtype, device): exact tables from posenc by default; with
@@ -31,8 +34,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from posenc.compat import gemma4
 from posenc.compat import transformers_vision as original
 from posenc.errors import PosencError
+from posenc.torch._gemma4_rope import Gemma4VisionRope
 from posenc.torch._hf_vision_rope import VisionRope
 from posenc.torch._patching import Found, Recogniser, chunks, from_library, left_alone
 
@@ -46,9 +51,10 @@ QWEN_FORM = (
 )  # fmt: skip
 SAM2_FORM = ("Sam2VideoVisionRotaryEmbedding", "EdgeTamVideoVisionRotaryEmbedding",
              "Sam3TrackerVideoVisionRotaryEmbedding")  # fmt: skip
-PIXTRAL, SAM3, DINOV3, LLAMA4 = (
+PIXTRAL, SAM3, DINOV3, LLAMA4, GEMMA4 = (
     "PixtralVisionRotaryEmbedding", "Sam3ViTRotaryEmbedding",
     "DINOv3ViTRopePositionEmbedding", "Llama4VisionRotaryEmbedding",
+    "Gemma4VisionRotaryEmbedding",
 )  # fmt: skip
 
 QWEN_GRID = (128, 128)
@@ -310,6 +316,57 @@ def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
                  note=f"max diff over its freqs_ci ({n} x {n} patches, class token)")  # fmt: skip
 
 
+GEMMA4_GRID = (96, 105)
+"""Where Gemma 4's vision rotary modules are measured: 10080 patches, the largest image of its
+processor (``max_soft_tokens=1120``, 3 x 3 pooling)."""
+
+
+def gemma4_ids(h: int, w: int, device: Any) -> Tensor:
+    """``[1, h * w + 2, 2]`` (x, y) ids of an ``h x w`` grid and two padding rows ``(-1, -1)``,
+    as Gemma 4's processor pads them (both modules rotate the padding too)."""
+    ids = torch.cat([gemma4.grid_ids(h, w, "cpu"), torch.full((2, 2), -1)])
+    return ids[None].to(device)
+
+
+def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
+    """The :class:`Found` of a Gemma 4 vision rotary module (transformers' or timm's: one
+    ``inv_freq`` ladder, one forward), measured at ``GEMMA4_GRID`` and its padding."""
+    form = _buffer_form(name, module, "gemma4-vision", base)
+    if isinstance(form, str):
+        return left_alone(name, form)
+    dim, theta = form
+    inv: Tensor = module.inv_freq  # type: ignore[assignment]
+    h, w = GEMMA4_GRID
+    ids = gemma4_ids(h, w, inv.device)
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return Gemma4VisionRope(dim, theta, compat=compat is not None, dtype=inv.dtype,
+                                    device=inv.device)  # fmt: skip
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        with torch.no_grad():
+            return [t.detach() for t in mod(torch.zeros(1, device=inv.device), ids)]
+
+    return Found(name, f"Gemma4VisionRope({dim}, preset='gemma4-vision', base={theta:g})", build,
+                 numbers=lambda: run(module), probe=run,
+                 note=f"max diff over the {h} x {w} patch grid and padding ids")  # fmt: skip
+
+
+def gemma4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """transformers' ``Gemma4VisionRotaryEmbedding`` (Gemma 4's vision encoder)."""
+    name = type(module).__name__
+    if not (name == GEMMA4 and _tf(module)):
+        return None
+    config = getattr(module, "config", None)
+    kind = (getattr(config, "rope_parameters", None) or {}).get("rope_type")
+    if kind != "axial":
+        return left_alone(name, f"not covered: rope_type {kind!r} (posenc repeats 'axial')")
+    return gemma4_found(name, module, _rope_theta(config))
+
+
 RECOGNISERS: tuple[Recogniser, ...] = (
     qwen2_vl_vision_rope,
     pixtral_rope,
@@ -317,5 +374,6 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     sam3_vit_rope,
     dinov3_rope,
     llama4_vision_rope,
+    gemma4_vision_rope,
 )
 """The transformers vision recognisers, in the order they are asked."""

@@ -9,17 +9,23 @@ from a module of ``timm.layers.pos_embed_sincos``:
   ``dim / 4`` bands ``temperature ** (-k / (dim / 4))`` per grid axis, positions ``i +
   grid_offset``, rescaled to ``ref_feat_shape`` when it is set; :func:`posenc.rope_grid`'s
   ``vit-rope`` (no ``ref_feat_shape``), ``eva02`` and ``perception-encoder`` (with one).
+  With ``in_pixels=True`` (pixel bands ``pi … pi * max_res / 2``, log- or evenly spaced, over
+  ``linspace(-1, 1, n)``): ``timm-pixel``, ``timm-pixel-linear``.
 - ``RotaryEmbeddingDinoV3``: periods ``temperature ** (2k / (dim / 2))`` over the patch
   centres mapped to ``[-1, 1]``; ``dinov3``.
+- ``RotaryEmbeddingMRope``: one ladder, its frequencies reading the row, the column or a zero
+  time axis in turn (Qwen3-VL's interleaved sections); ``timm-mrope``, replaced by a
+  :class:`~posenc.torch._timm_mrope.TimmMRopeEmbedding`.
 
 Each is recognised by class name and module path (timm is never imported), its configuration
 read from its own attributes, and replaced by a :class:`TimmRotaryEmbedding` called as the
 original is (``get_embed``, ``get_batch_embeds``, ``update_feat_shape``, ``forward``) with the
 same output form: exact by default, or (``compat="original"``) timm's own float32 tables
-(``posenc.rope_grid(..., compat="timm")``). Pixel bands (``in_pixels=True``), other grid types,
-training-time coordinate augmentation, DINOv3's min/max periods, the learned
-``RotaryEmbeddingMixed`` and the interleaved ``RotaryEmbeddingMRope`` are left alone, saying
-why.
+(``posenc.rope_grid(..., compat="timm")``). Other grid types (pixel bands over integer
+positions, a ``ref_feat_shape`` on the pixel grid), training-time coordinate augmentation,
+DINOv3's min/max periods and the learned ``RotaryEmbeddingMixed`` are left alone, saying
+why. ``Gemma4RotaryEmbedding2D`` (``timm.models.gemma4_vit``) gets the stand-in of transformers'
+Gemma 4 vision module (:class:`~posenc.torch._gemma4_rope.Gemma4VisionRope`).
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import torch
 from torch import Tensor, nn
 
 from posenc.errors import PosencError
+from posenc.torch._patch_hf_vision import gemma4_found
 from posenc.torch._patching import LEARNED, Found, Recogniser, from_library, left_alone
+from posenc.torch._timm_mrope import TimmMRopeEmbedding
 from posenc.torch._timm_rope import CAT, DINOV3, TimmRope, TimmRotaryEmbedding
 
 FORMS = {"RotaryEmbeddingCat": "cat", "RotaryEmbedding": "pair"}
@@ -110,20 +118,22 @@ def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     m: Any = module
     try:
         in_pixels, grid_type = bool(m.in_pixels), str(m.grid_type)
+        pixel = "pixel-linear" if bool(m.linear_bands) else "pixel"
         rope = TimmRope(CAT, FORMS[name], int(m.dim), float(m.temperature),
                         float(m.grid_offset), str(m.grid_indexing), bool(m.rotate_half),
-                        _shape(m.ref_feat_shape))  # fmt: skip
+                        _shape(m.ref_feat_shape), bands=pixel if in_pixels else "lang",
+                        max_res=float(m.max_res))  # fmt: skip
         bands, cached = m.bands, bool(m._use_cached_embed)
         kept = (m.pos_embed if rope.form == "cat" else m.pos_embed_sin) if cached else None
     except (AttributeError, TypeError, ValueError):
         return left_alone(name, f"not covered: not the attributes of timm's {name}")
-    if in_pixels:
-        return left_alone(name, "not covered: pixel bands (in_pixels=True: linear or log "
-                          "bands up to max_res / 2 over [-1, 1]), which posenc cannot "
-                          "express")  # fmt: skip
-    if grid_type != "index":
-        return left_alone(name, f"not covered yet: grid_type {grid_type!r} (posenc repeats "
-                          "timm's 'index' grid)")  # fmt: skip
+    if grid_type != ("pixel" if in_pixels else "index"):
+        return left_alone(name, f"not covered yet: grid_type {grid_type!r} with "
+                          f"in_pixels={in_pixels} (posenc repeats timm's 'index' grid of "
+                          "temperature bands and 'pixel' grid of pixel bands)")  # fmt: skip
+    if in_pixels and rope.ref_feat_shape is not None:
+        return left_alone(name, "not covered yet: pixel bands with a ref_feat_shape "
+                          "(linspace(-1, 1, n) / n * ref)")  # fmt: skip
     if _augmented(m):
         return left_alone(name, AUGMENTED)
     if rope.grid_indexing not in ("ij", "xy"):
@@ -175,13 +185,59 @@ def rotary_mixed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
 
 def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """timm's ``RotaryEmbeddingMRope``: left alone."""
+    """timm's ``RotaryEmbeddingMRope`` (GenLIP, NaFlexViT ``rope_type='mrope'``): Qwen3-VL's
+    interleaved sections over an image, measured over the model's patch grid."""
+    name = type(module).__name__
     if not _timm(module, ("RotaryEmbeddingMRope",)):
         return None
-    return left_alone(type(module).__name__, "not covered yet: multimodal RoPE sections "
-                      "interleaved channel by channel (T, H, W, T, …), which posenc's timm "
-                      "presets do not lay out")  # fmt: skip
+    m: Any = module
+    try:
+        dim, temperature = int(m.dim), float(m.temperature)
+        section = tuple(int(s) for s in m.mrope_section)
+        indexing, inv_freq = str(m.grid_indexing), m.inv_freq
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of timm's {name}")
+    if _augmented(m):
+        return left_alone(name, AUGMENTED)
+    if indexing != "ij" or not isinstance(inv_freq, Tensor):
+        return left_alone(name, f"not covered: grid_indexing {indexing!r}, or not the "
+                          f"buffers of timm's {name}")  # fmt: skip
+    if inv_freq.is_meta:
+        return left_alone(name, "its tables are on the meta device: load the model first")
+    grid = _patch_grid(root)
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return TimmMRopeEmbedding(dim, section, temperature, compat=compat is not None,
+                                      dtype=inv_freq.dtype, device=inv_freq.device)  # fmt: skip
+        except PosencError as err:
+            return f"not covered yet: {err}"
+
+    def run(mod: nn.Module) -> list[Tensor]:
+        return [mod.get_embed(grid)]  # type: ignore[operator]
+
+    label = f"TimmMRopeEmbedding({dim}, preset='timm-mrope', mrope_section={section})"
+    return Found(name, label, build, numbers=lambda: run(module), probe=run,
+                 note=f"max diff over a {grid[0]} x {grid[1]} grid")  # fmt: skip
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (rotary_cat, rotary_dinov3, rotary_mixed, rotary_mrope)
+def rotary_gemma4(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """timm's ``Gemma4RotaryEmbedding2D`` (``timm.models.gemma4_vit``): transformers' Gemma 4
+    vision arithmetic (``[x | x][y | y]``, base 100), the same stand-in as transformers'
+    module, measured over the largest image of Gemma 4's processor and padding ids."""
+    name = type(module).__name__
+    if not _timm(module, ("Gemma4RotaryEmbedding2D",)):
+        return None
+    m: Any = module
+    try:
+        head_dim, theta, size = int(m.head_dim), float(m.rope_theta), int(m.inv_freq.numel())
+    except (AttributeError, TypeError, ValueError):
+        return left_alone(name, f"not covered: not the attributes of timm's {name}")
+    if 4 * size != head_dim:
+        return left_alone(name, f"not covered: inv_freq of {size} for head_dim {head_dim}")
+    return gemma4_found(name, module, theta)
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (rotary_cat, rotary_dinov3, rotary_mixed, rotary_mrope,
+                                       rotary_gemma4)  # fmt: skip
 """The timm rotary recognisers, in the order they are asked."""

@@ -68,8 +68,10 @@ class Found:
             change the original's state: rotary modules are copied first).
         probe: the same numbers from a replacement, chunk for chunk.
         note: why it is left alone, or what the range was.
-        attribute: the replacement takes the place of this parameter of the module (a table
-            kept in an ``nn.Parameter``), not of the module itself.
+        attribute: the replacement takes the place of this attribute of the module, not of
+            the module itself: a table kept in an ``nn.Parameter`` (its checkpoint key is
+            routed to the replacement), or an object that is not a module (Z-Image's
+            ``RopeEmbedder``), which the replacement, a module, then registers in its place.
     """
 
     original: str

@@ -32,6 +32,9 @@ class TimmRope:
         ref_feat_shape: ``RotaryEmbeddingCat``'s (positions rescaled to it), or None.
         normalize_coords: ``RotaryEmbeddingDinoV3``'s denominator (``separate``, ``max``,
             ``min``).
+        bands: ``"lang"`` (``in_pixels=False``), or the pixel bands of ``in_pixels=True``:
+            ``"pixel"`` (log-spaced) or ``"pixel-linear"``, over the ``'pixel'`` grid.
+        max_res: the pixel bands' maximum resolution.
     """
 
     kind: str
@@ -43,10 +46,14 @@ class TimmRope:
     rotate_half: bool
     ref_feat_shape: tuple[int, ...] | None = None
     normalize_coords: str = "separate"
+    bands: str = "lang"
+    max_res: float = 224.0
 
     @property
     def preset(self) -> str:
         """The :func:`posenc.rope_grid` preset of these tables."""
+        if self.bands != "lang":
+            return "timm-" + self.bands
         if self.kind == DINOV3:
             return "dinov3"
         if self.ref_feat_shape is None:
@@ -57,7 +64,14 @@ class TimmRope:
         """The :func:`posenc.rope_grid` keywords of the tables for the grid ``shape``: per grid
         axis ``start + i * step``, the block of the first axis first (``'ij'``) or second."""
         h, w = shape
-        if self.kind == DINOV3:
+        base = self.temperature
+        steps: tuple[float, ...]
+        starts: tuple[float, ...]
+        if self.bands != "lang":  # linspace(-1, 1, n)
+            base = self.max_res
+            steps = tuple(2.0 / (n - 1) if n > 1 else 2.0 for n in (h, w))
+            starts = (-1.0, -1.0)
+        elif self.kind == DINOV3:
             dims = {"separate": (h, w), "max": (max(h, w),) * 2, "min": (min(h, w),) * 2}
             denoms = dims[self.normalize_coords]
             steps = tuple(2.0 / d for d in denoms)  # ((i + 0.5 + offset) / d) * 2 - 1:
@@ -68,14 +82,18 @@ class TimmRope:
         else:
             steps = tuple(r / n for r, n in zip(self.ref_feat_shape, (h, w), strict=True))
             starts = tuple(self.grid_offset * s for s in steps)
-        return {"preset": self.preset, "base": self.temperature,
+        return {"preset": self.preset, "base": base,
                 "layout": "halves" if self.rotate_half else "interleaved",
                 "block_axes": (0, 1) if self.grid_indexing == "ij" else (1, 0),
                 "start": starts, "step": steps}  # fmt: skip
 
     def label(self) -> str:
         """These tables in words, for the report."""
-        words = [f"{self.dim}", f"preset={self.preset!r}", f"base={self.temperature:g}"]
+        words = [f"{self.dim}", f"preset={self.preset!r}"]
+        if self.bands != "lang":
+            words.append(f"max_res={self.max_res:g}")
+        else:
+            words.append(f"base={self.temperature:g}")
         if self.grid_offset:
             words.append(f"grid_offset={self.grid_offset:g}")
         if self.ref_feat_shape is not None:
@@ -140,8 +158,10 @@ class TimmRotaryEmbedding(_Tracked):
         self.grid_offset, self.grid_indexing = rope.grid_offset, rope.grid_indexing
         self.ref_feat_shape = rope.ref_feat_shape
         self.normalize_coords = rope.normalize_coords
-        self.in_pixels, self.aug_active = False, False
-        self.grid_type = "centered" if rope.kind == DINOV3 else "index"
+        self.in_pixels, self.aug_active = rope.bands != "lang", False
+        self.max_res, self.linear_bands = rope.max_res, rope.bands == "pixel-linear"
+        self.grid_type = ("centered" if rope.kind == DINOV3 else
+                          "pixel" if self.in_pixels else "index")  # fmt: skip
         self.feat_shape = feat_shape
         self._use_cached_embed = feat_shape is not None
         self._kept: tuple[Tensor, ...] | None = None  # (sin, cos) of feat_shape
@@ -214,14 +234,15 @@ class TimmRotaryEmbedding(_Tracked):
         dtype: torch.dtype | None = None,
     ) -> Any:
         """The tables of several grids (a list, or zero-padded to ``seq_len`` and stacked), as
-        timm's: the integer grids of ``RotaryEmbeddingCat`` cut from the largest one."""
+        timm's: the integer grids of ``RotaryEmbeddingCat`` (no ``ref_feat_shape``) cut from the
+        largest one."""
         if not shapes:
             return []
         if self.rope.kind != DINOV3 and self._use_cached_embed:
             raise RuntimeError(
                 "Batch embedding generation requires cached bands, not pre-computed embeddings"
             )
-        if self.rope.kind != DINOV3 and self.ref_feat_shape is None:
+        if self.grid_type == "index" and self.ref_feat_shape is None:  # timm's cut
             h, w = max(s[0] for s in shapes), max(s[1] for s in shapes)
             whole = self._as_cat(self.get_embed((h, w), dtype=dtype)).view(h, w, -1)
             tables = [self._from_cat(whole[:a, :b].reshape(a * b, -1)) for a, b in shapes]

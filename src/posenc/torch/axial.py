@@ -76,10 +76,11 @@ class AxialRotaryEmbedding(_Tracked):
         super().__init__(device=device, dtype=torch.float32)
         r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
                    axes_scale=axes_scale, axes_base=axes_base)  # fmt: skip
-        if r.spacing == "ltx":
+        if r.spacing == "ltx" or r.interleave_axes:
             raise PosencError(
-                "`AxialRotaryEmbedding` keeps rows per block; LTX-Video's one ladder is read by "
-                "every axis: use posenc.rope_grid(shape, dim, preset='ltx-video')"
+                "`AxialRotaryEmbedding` keeps rows per block of channels; this family's axes "
+                "take turns per frequency (LTX-Video's one ladder, Lumina-Next's interleaved "
+                f"axes): use posenc.rope_grid(shape, dim, preset={preset!r})"
             )
         if r.axes_dim is None:
             raise PosencError(
@@ -153,7 +154,7 @@ class AxialRotaryEmbedding(_Tracked):
             view = [1] * k + [na]
             view[g] = shape[g]
             for t, part in zip(out, (rows[:, :na], rows[:, na:]), strict=True):
-                _place(t, part.reshape(view), r.layout, nf, first, first + na)
+                _place(t, part.reshape(view), r.layout, nf, first, first + na, r.blocks)
             first += na
         n = math.prod(shape)
         return out[0].reshape(n, -1), out[1].reshape(n, -1)
@@ -167,11 +168,21 @@ class AxialRotaryEmbedding(_Tracked):
                 f"block_axes={self.block_axes}")  # fmt: skip
 
 
-def _place(out: Tensor, rows: Tensor, layout: str, n: int, lo: int, hi: int) -> None:
+def _place(
+    out: Tensor, rows: Tensor, layout: str, n: int, lo: int, hi: int, blocks: int = 1
+) -> None:
     """Write one block's columns (frequencies ``lo … hi - 1`` of ``n``, ``rows`` broadcasting
     over the grid) into the table ``out`` ``[*grid, width]`` where ``layout`` puts them: each
-    frequency twice in a row (interleaved), in both halves, or once (compact). Each write is
-    one contiguous run of channels per token."""
+    frequency twice in a row (interleaved), in both halves (of the whole width, or of each of
+    ``blocks`` blocks: block-halves), or once (compact). Each write is one contiguous run of
+    channels per token."""
+    if layout == "block-halves":  # frequency j of halves block b: channels b m + j, + m
+        m = n // blocks
+        for b in range(lo // m, -(-hi // m)):
+            a, z = max(lo, b * m), min(hi, (b + 1) * m)
+            for at in (b * m, b * m + m):
+                out[..., at + a : at + z] = rows[..., a - lo : z - lo]
+        return
     if layout == "interleaved":
         out[..., 2 * lo : 2 * hi] = rows.repeat_interleave(2, dim=-1)
     elif layout == "halves":

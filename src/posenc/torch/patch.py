@@ -197,10 +197,12 @@ def _apply(
 def _put(
     root: nn.Module, path: str, module: nn.Module, attribute: str | None, new: nn.Module | Any
 ) -> None:
-    if attribute is not None:  # a table kept in a parameter of `module`
+    if attribute is not None:  # a table kept in a parameter of `module`, or a plain attribute
+        saved = attribute in module._parameters or attribute in module._buffers
         delattr(module, attribute)
         setattr(module, attribute, new)
-        route_key(module, attribute, new)
+        if saved:  # its checkpoint key now checks the replacement's table
+            route_key(module, attribute, new)
         return
     new.train(module.training)
     for parent in list(root.modules()):  # every reference: a module may be shared

@@ -11,8 +11,45 @@ grid axis, i.e. one block of ``dim / 2`` channels per axis with the ladder
 
 from __future__ import annotations
 
+from typing import Any
+
+from posenc.errors import PosencError
 from posenc.spec.presets.base import RotaryPreset
 from posenc.spec.presets.vision import two_blocks
+
+
+def _pixel_grid(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """timm's ``'pixel'`` grid ``linspace(-1, 1, n)`` per axis: start -1, step ``2 / (n - 1)``
+    (one patch: -1)."""
+    return [-1.0] * len(dims), [2.0 / (n - 1) if n > 1 else 2.0 for n in dims]
+
+
+def mrope_sections(dim: int, section: tuple[int, ...] = (8, 12, 12)) -> tuple[int, int, int]:
+    """timm's ``RotaryEmbeddingMRope`` ``mrope_section`` at the width ``dim``, as posenc's
+    interleaved ``sections`` of its ``dim / 2`` frequencies: frequency ``j`` reads the row if
+    ``j % 3 == 1`` and ``j < 3 * section[1]``, the column if ``j % 3 == 2`` and ``j < 3 *
+    section[2]``, else the (zero) time axis. The row and column counts are clamped to the
+    frequencies there are, the time axis takes the rest (posenc's sections add up to ``dim /
+    2``; timm's need not, and ignore ``section[0]``)."""
+    if dim % 2 or dim < 6 or len(section) != 3:
+        raise PosencError(
+            f"`dim`: timm's RotaryEmbeddingMRope takes an even dim >= 6 (a t, h and w "
+            f"frequency) and three sections, got dim {dim}, mrope_section {section}"
+        )
+    n = dim // 2
+    h = min(int(section[1]), len(range(1, n, 3)))
+    w = min(int(section[2]), len(range(2, n, 3)))
+    if h < 1 or w < 1:
+        raise PosencError(
+            f"`sections`: timm's mrope_section {tuple(section)} gives the row or the column no "
+            "frequency (posenc's sections are positive)"
+        )
+    return n - h - w, h, w
+
+
+def _mrope_axial(dim: int, base: float) -> dict[str, Any]:
+    """The ``sections`` of timm's default ``(8, 12, 12)`` at the width ``dim``."""
+    return {"sections": mrope_sections(dim)}
 
 
 def _from_one(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
@@ -28,6 +65,12 @@ _CACHED = (
     "with a fixed img_size the table is computed at init (float32, on the CPU) and kept as a "
     "buffer: model.to(bfloat16) rounds it to bfloat16 (2e-3 off; the bands are rebuilt in "
     "float32, the table is not); dynamic_img_size models rebuild it per call"
+)
+
+_PIXEL = (
+    "timm's in_pixels=True (no timm model uses it; a module built with the defaults of "
+    "RotaryEmbedding does): the grid is 'pixel', linspace(-1, 1, n) per axis whatever "
+    "grid_offset, and the bands are in radians per half image; "
 )
 
 TIMM_PRESETS: dict[str, RotaryPreset] = {
@@ -81,6 +124,48 @@ TIMM_PRESETS: dict[str, RotaryPreset] = {
             block_axes=(1, 0),
             positions=_from_one,
             originals=("timm",),
+        ),
+        RotaryPreset(
+            "timm-pixel",
+            "timm RotaryEmbeddingCat / RotaryEmbedding(in_pixels=True, max_res, "
+            "linear_bands=False) (timm.layers.pos_embed_sincos; the modules' default bands)",
+            "2D axial, [row | col] blocks of dim/2 interleaved, dim/4 log-spaced pixel bands "
+            "pi ... pi * base / 2 per axis (base = max_res), positions linspace(-1, 1, n)",
+            64,
+            {"base": 224.0, "layout": "interleaved", "spacing": "pixel"},
+            _PIXEL + "log bands pi * 2 ** linspace(0, log2(max_res) - 1, dim / 4); " + _CACHED,
+            axial=two_blocks("timm-pixel"),
+            positions=_pixel_grid,
+            originals=("timm",),
+        ),
+        RotaryPreset(
+            "timm-pixel-linear",
+            "timm RotaryEmbeddingCat / RotaryEmbedding(in_pixels=True, max_res, "
+            "linear_bands=True) (timm.layers.pos_embed_sincos)",
+            "2D axial, [row | col] blocks of dim/2 interleaved, dim/4 evenly spaced pixel "
+            "bands pi ... pi * base / 2 per axis (base = max_res), positions linspace(-1, 1, n)",
+            64,
+            {"base": 224.0, "layout": "interleaved", "spacing": "pixel-linear"},
+            _PIXEL + "linear bands pi * linspace(1, max_res / 2, dim / 4); " + _CACHED,
+            axial=two_blocks("timm-pixel-linear"),
+            positions=_pixel_grid,
+            originals=("timm",),
+        ),
+        RotaryPreset(
+            "timm-mrope",
+            "timm RotaryEmbeddingMRope(mrope_section=(8, 12, 12), temperature=10000) "
+            "(timm.layers.pos_embed_sincos; NaFlexViT rope_type='mrope', GenLIP)",
+            "Qwen3-VL-style interleaved sections over one dim/2 ladder base 10000: frequency j "
+            "reads the row if j % 3 == 1, the column if j % 3 == 2 (below 3 * 12), else t = 0; "
+            "halves",
+            64,
+            {"base": 10000.0, "layout": "halves", "interleave_sections": True},
+            "posenc.rope(ids, dim, preset='timm-mrope') with ids [N, 3] = (0, row, col) (timm "
+            "builds images only: t = 0, those frequencies do not rotate); get_embed is "
+            "cat(sin, cos) [N, 2 * dim] for apply_rot_embed_cat(half=True); the sections are "
+            "timm's (8, 12, 12) clamped to dim / 2 (dim 64: t 11, h 11, w 10 frequencies), pass "
+            "sections for another mrope_section; computed per call in float32 (no cache)",
+            axial=_mrope_axial,
         ),
     ]
 }

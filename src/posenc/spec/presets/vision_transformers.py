@@ -1,6 +1,6 @@
 """The rotary presets of transformers' vision towers: the ``HF_VISION_PRESETS`` data (Qwen2-VL's
-vision tower, Pixtral, DINOv3, SAM 2's memory attention, Llama 4's vision model), in the form of
-:mod:`posenc.spec.presets.vision`.
+vision tower, Pixtral, DINOv3, SAM 2's memory attention, Llama 4's vision model, Gemma 4's
+vision encoder), in the form of :mod:`posenc.spec.presets.vision`.
 
 Each is 2D axial RoPE over a patch grid ``(rows, columns)``: :func:`posenc.rope_grid` gives the
 tables of every patch, row-major; where a family orders its tokens otherwise (Qwen2-VL's 2 x 2
@@ -139,6 +139,23 @@ HF_VISION_PRESETS: dict[str, RotaryPreset] = {
             block_axes=(1, 0),
             positions=_ones,
             originals=("transformers",),
+        ),
+        RotaryPreset(
+            "gemma4-vision",
+            "transformers Gemma4VisionRotaryEmbedding and timm Gemma4RotaryEmbedding2D (Gemma 4's "
+            "vision encoder: E2B/E4B head_dim 64, 26B/31B head_dim 72)",
+            "2D axial on (x, y) patch coordinates, [x | y] blocks of d/2, halves inside each "
+            "block, base 100",
+            64,
+            {"base": 100.0, "layout": "block-halves", "blocks": 2},
+            "ids are (column, row), so the first block encodes the column (block_axes (1, 0)); "
+            "rotate with posenc.apply_rope(q, cos, sin, 'block-halves', blocks=2) "
+            "(apply_multidimensional_rope: rotate_half inside each block); the processor "
+            "pads with (-1, -1) ids, which the model rotates as well (posenc.rope of the "
+            "[B, N, 2] ids gives them); float32 tables cast to the activations' dtype",
+            axial=two_blocks("gemma4-vision"),
+            block_axes=(1, 0),
+            originals=("transformers", "timm"),
         ),
     ]
 }
