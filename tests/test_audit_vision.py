@@ -122,6 +122,7 @@ TIMM = {  # architecture, input side: preset
     ("vit_base_patch16_rope_224.naver_in1k", 224): "vit-rope",
     ("vit_base_patch16_rope_reg1_gap_256.sbb_in1k", 256): "eva02",
     ("vit_pe_core_large_patch14_336.fb", 336): "perception-encoder",
+    ("vit_pe_core_gigantic_patch14_448.fb", 448): "perception-encoder",
     ("vit_large_patch16_dinov3.lvd1689m", 224): "dinov3",
 }
 
@@ -134,6 +135,10 @@ def test_timm_rotary_models(tmp_path, arch, side):
     assert f"preset='{TIMM[(arch, side)]}'" in record["equivalent"]
     assert 1e-8 < record["float32_error"] < 1e-5
     assert "head width 64 assumed" in record["positions"]
+    if "vit_pe_" in arch:  # positions i + 1 (i for the gigantic models): the largest is n or n - 1
+        n = side // 14
+        assert record["max_position"] == (n - 1 if "gigantic" in arch else n)
+        assert ("start=(0.0, 0.0)" in record["equivalent"]) == ("gigantic" in arch)
 
 
 def test_eva02_figure_is_timms_own(tmp_path):
@@ -156,3 +161,36 @@ def test_learned_timm_frequencies_are_one_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(
         {"architecture": "vit_base_patch16_rope_mixed_224", "num_features": 768}))  # fmt: skip
     assert_one_line_error(run("audit", str(tmp_path)), "learned frequencies")
+
+
+IDS = {  # class: (module, preset)
+    "Flux2Transformer2DModel": ("Flux2PosEmbed", "flux2"),
+    "Flux3Transformer2DModel": ("Flux3PosEmbed", "flux3"),
+    "Krea2Transformer2DModel": ("Krea2RotaryPosEmbed", "krea2"),
+    "ChromaTransformer2DModel": ("FluxPosEmbed", "flux"),
+    "BriaTransformer2DModel": ("BriaEmbedND", "flux"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IDS))
+def test_id_families_carry_their_own_base_and_axes(tmp_path, name):
+    """FLUX's kind: each config's rope_theta and axes, measured on its own ids; FLUX.2's base
+    2000 (before: FLUX's 10000 was assumed); no FLUX.1 timestep row for the others."""
+    module, preset = IDS[name]
+    cfg = _config(name, {})
+    (record,) = _audit(tmp_path / name, cfg)
+    assert module in record["where"]
+    assert f"preset='{preset}'" in record["equivalent"]
+    theta = float(cfg.get("rope_theta") or 10000)
+    assert f"base {theta:g}" in record["encoding"]
+    axes = tuple(cfg["axes_dims_rope"])
+    ids = np.zeros((128 * 128, len(axes)))
+    first = 1 if len(axes) > 2 else 0
+    rows, cols = np.meshgrid(np.arange(128), np.arange(128), indexing="ij")
+    ids[:, first], ids[:, first + 1] = rows.ravel(), cols.ravel()
+    want = [np.concatenate(parts, axis=1) for parts in zip(*[
+        (np.repeat(np.cos(ids[:, [a]] * theta ** (-np.arange(0, d, 2) / d)), 2, axis=1),
+         np.repeat(np.sin(ids[:, [a]] * theta ** (-np.arange(0, d, 2) / d)), 2, axis=1))
+        for a, d in enumerate(axes)], strict=True)]  # fmt: skip
+    float32 = max(float(np.abs(w.astype(np.float32).astype(np.float64) - w).max()) for w in want)
+    assert record["float32_error"] == pytest.approx(float32, rel=0.1)  # float64, rounded once

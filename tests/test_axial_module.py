@@ -145,3 +145,36 @@ def test_bad_arguments():
         AxialRotaryEmbedding(128, preset="wan")((4, 4))
     with pytest.raises(PosencError, match="`cached_length`"):
         AxialRotaryEmbedding(128, preset="wan", cached_length=-1)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"axes_dim": (16, 16, 16), "layout": "block-halves", "blocks": 3},
+     {"axes_dim": (16, 16, 16), "layout": "block-halves", "blocks": 4},  # blocks across axes
+     {"axes_dim": (8, 24, 16), "layout": "block-halves", "blocks": 2},
+     {"preset": "allegro", "blocks": 6},
+     {"preset": "allegro"}],
+)  # fmt: skip
+def test_block_halves_equals_rope_grid(kw):
+    """``blocks=`` (halves inside each of that many blocks, aligned with the axes' blocks or
+    not) gives rope_grid's table, and a float64 reference written here: each block of
+    ``48 / blocks`` channels holds its frequencies twice over."""
+    module = AxialRotaryEmbedding(48, **kw)
+    dims = (3, 4, 5)
+    cos, sin = module(dims)
+    want = posenc.rope_grid(dims, 48, dtype=torch.float32, **kw)
+    assert torch.equal(cos, want[0])
+    assert torch.equal(sin, want[1])
+    if "preset" in kw:
+        return
+    positions = [np.arange(n, dtype=np.float64) for n in dims]
+    ref = [np.asarray(t) for t in reference.axial_rope(dims, kw["axes_dim"], 1e4, (0, 1, 2),
+                                                        positions, "interleaved")]  # fmt: skip
+    n, m = 24, 24 // kw["blocks"]
+    cols = [j for b in range(kw["blocks"]) for _ in (0, 1) for j in range(b * m, (b + 1) * m)]
+    for got, r in zip((cos, sin), ref, strict=True):
+        want64 = r[:, 0::2][:, cols]  # one column per frequency, placed block by block
+        assert want64.shape[1] == 2 * n
+        np.testing.assert_array_less(np.abs(got.double().numpy() - want64),
+                                     6e-8 * np.abs(want64) + 1e-12)  # fmt: skip
+    assert "blocks=" in repr(module)

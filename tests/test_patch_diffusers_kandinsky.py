@@ -135,6 +135,8 @@ def test_kandinsky6_modules_compat_is_identical_and_exact_is_close():
     assert rows["visual_rope_embeddings"].original == "Kandinsky6RoPE3D"
     assert rows["sr_rope"].original == "Kandinsky6SRRoPE3D"
     assert rows["audio_rope_embeddings"].original == "Kandinsky6RoPE1D"
+    assert "preset='kandinsky6'" in rows["audio_rope_embeddings"].replacement
+    assert "freqs_scaling=0.37" in rows["audio_rope_embeddings"].replacement
     assert len(rows) == 4
     assert {r.mode for r in rows.values()} == {"compat"}
     patch(exact)
@@ -280,9 +282,11 @@ def test_rotate_half_modules_compat_is_identical_and_exact_is_close():
         want = root(n, dtype)
         got = compat(n, dtype)
         assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want, strict=True))
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # Ideogram 4, Cosmos 3: float32
-            assert all(torch.equal(a, b) for a, b in zip(compat(n, dtype)[:6], want[:6],
-                                                          strict=True))  # fmt: skip
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # Anima's matmul is lowered
+            under = root(n, dtype)
+            assert all(a.dtype == b.dtype and torch.equal(a, b)
+                       for a, b in zip(compat(n, dtype), under, strict=True))  # fmt: skip
+        assert not torch.equal(under[-1], want[-1])  # Anima's angles in bfloat16 here
         for a, b in zip(exact(n, dtype), want, strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-2)
     cos, sin = exact.ideogram(torch.tensor([[[3, 65536 + 9, 65536 + 4]]]))
@@ -295,3 +299,29 @@ def test_rotate_half_modules_compat_is_identical_and_exact_is_close():
                                      6e-8 * np.abs(want) + 1e-38)  # fmt: skip
     exact.load_state_dict(root.state_dict(), strict=True)
     assert len(patch(exact)) == 0
+
+
+def test_rotate_half_buffers_follow_bfloat16():
+    """Ideogram 4's, Cosmos 3's and Anima's inv_freq buffers follow .to(bfloat16): patched then
+    cast, or cast then patched, compat stays bit for bit; a bfloat16 module is covered, its
+    exact tables those of the float32 one."""
+    root = _RotateHalf()
+    bf16 = copy.deepcopy(root).to(torch.bfloat16)
+    compat, late, exact = copy.deepcopy(root), copy.deepcopy(bf16), copy.deepcopy(bf16)
+    patch(compat, compat="original")
+    compat.to(torch.bfloat16)
+    kept = ("ideogram", "cosmos3", "anima")
+    rows = {r.path: r.mode for r in patch(late, compat="original").replaced}
+    assert all(rows[p] == "compat" for p in kept)
+    rows = {r.path: r.mode for r in patch(exact).replaced}
+    assert all(rows[p] == "exact" for p in kept)
+    exact32 = copy.deepcopy(root)
+    patch(exact32)
+    for n, dtype in [(100, torch.float32), (37, torch.bfloat16)]:
+        want = bf16(n, dtype)
+        assert not torch.equal(want[0], root(n, dtype)[0])  # the rounded ladder shows
+        for got in (compat(n, dtype), late(n, dtype)):
+            assert all(a.dtype == b.dtype and torch.equal(a, b)
+                       for a, b in zip(got, want, strict=True))  # fmt: skip
+        assert all(torch.equal(a, b) for a, b in zip(exact(n, dtype), exact32(n, dtype),
+                                                     strict=True))  # fmt: skip

@@ -413,7 +413,8 @@ def test_sana_wm_with_another_split_is_left_alone():
     module = _m("transformer_sana_wm").SanaWMRotaryPosEmbed(48, (1, 2, 2), 64, fhw_dim=(8, 20, 20))
     (row,) = patch(_root(module), compat="original")
     assert not row.replaced
-    assert "theta 10000" in row.note
+    assert "fhw_dim (8, 20, 20)" in row.note
+    assert "Wan's split (16, 16, 16)" in row.note
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -489,3 +490,81 @@ def test_what_is_not_covered_is_said():
     layered = _m("transformer_qwenimage").QwenEmbedLayer3DRope(10000, [16, 56, 56], True)
     with pytest.raises(PosencError, match="`max_txt_seq_len`"):
         _patched(layered, None)([(1, 4, 4)], device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chronoedit_theta_is_read_from_its_buffers(dtype):
+    """ChronoEdit keeps no theta: the one its buffers hold (500 here) is read back from them,
+    float32 or cast to bfloat16, not replaced by 10000's tables."""
+    chrono = _m("transformer_chronoedit")
+    module = chrono.ChronoEditRotaryPosEmbed(24, (1, 2, 2), 64, theta=500.0).to(dtype)
+    compat, exact = _patched(module, "original"), _patched(module, None)
+    (row,) = patch(_root(copy.deepcopy(module)))
+    assert "base=500" in row.replacement
+    for frames in (2, 5):  # an edit (frame rows 0 and 7), and a video
+        x = torch.zeros(1, 4, frames, 6, 10)
+        assert all(torch.equal(a, b) for a, b in zip(compat(x), module(x), strict=True))
+        rows = np.array([0, 7]) if frames == 2 else np.arange(frames)
+        want = reference.axial_rope((frames, 3, 5), (8, 8, 8), 500.0, (0, 1, 2),
+                                    [rows, np.arange(3), np.arange(5)])  # fmt: skip
+        for got, w in zip(exact(x), want, strict=True):
+            assert got.dtype == dtype
+            if dtype == torch.float32:
+                _exact(got[0, :, 0], w)
+            else:  # rounded once to bfloat16: within half its ulp
+                err = np.abs(got[0, :, 0].double().numpy() - w)
+                np.testing.assert_array_less(err, 2.0**-8 * np.abs(w) + 1e-12)
+
+
+def test_chronoedit_of_no_readable_theta_is_left_alone():
+    chrono = _m("transformer_chronoedit")
+    module = chrono.ChronoEditRotaryPosEmbed(24, (1, 2, 2), 64, theta=1234.56)
+    (row,) = patch(_root(module), compat="original")
+    assert not row.replaced
+    assert "keeps no theta" in row.note
+
+
+def test_sana_wm_theta_is_read_from_its_table():
+    module = _m("transformer_sana_wm").SanaWMRotaryPosEmbed(48, (1, 2, 2), 64, theta=500.0)
+    compat, exact = _patched(module, "original"), _patched(module, None)
+    for fhw in [(3, 5, 7), (1, 6, 2)]:
+        assert torch.equal(
+            compat(fhw, device=torch.device("cpu")), module(fhw, torch.device("cpu"))
+        )
+        got = exact(fhw, device=torch.device("cpu"))[0, 0]
+        cos, sin = reference.axial_rope(fhw, (16, 16, 16), 500.0, (0, 1, 2),
+                                        [np.arange(n) for n in fhw])  # fmt: skip
+        _exact(got.real, cos[:, ::2])
+        _exact(got.imag, sin[:, ::2])
+
+
+@pytest.mark.parametrize("cast_first", [False, True])
+def test_helios_buffers_follow_bfloat16(cast_first):
+    """Helios's frequency buffers follow .to(bfloat16), before or after the patch: so do the
+    compat stand-in's."""
+    module = _m("transformer_helios").HeliosRotaryPosEmbed((44, 42, 42), 10000.0)
+    cast = copy.deepcopy(module).to(torch.bfloat16)
+    compat = _patched(cast if cast_first else module, "original").to(torch.bfloat16)
+    args = (torch.tensor([[0, 3, 7, 300]]), 5, 7, torch.device("cpu"))
+    assert torch.equal(compat(*args), cast(*args))
+    assert not torch.equal(cast(*args), module(*args))  # the rounded ladders show
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_minimax_h3_vae_reads_its_axes_from_the_coordinates(k):
+    """MiniMaxH3VideoRotaryPosEmbed(48, num_axes=k) keeps no axis count: n = 48 / (2 k)
+    frequencies, k read from the coordinates [B, S, k] by its forward and by the stand-ins."""
+    vae = importlib.import_module("diffusers.models.autoencoders.autoencoder_kl_minimax_h3")
+    module = vae.MiniMaxH3VideoRotaryPosEmbed(48, num_axes=k)
+    compat, exact = _patched(module, "original"), _patched(module, None)
+    (row,) = patch(_root(copy.deepcopy(module)))
+    n = 48 // (2 * k)
+    assert f"posenc.rope(c, {2 * n} k" in row.replacement
+    torch.manual_seed(0)
+    ids = torch.rand(2, 30, k) * 2 - 1
+    assert all(torch.equal(a, b) for a, b in zip(compat(ids), module(ids), strict=True))
+    theta = 2 * np.pi * ids.double().numpy()[..., None] * 100.0 ** (-np.arange(n) / n)
+    theta = np.tile(theta.reshape(2, 30, -1), 2)
+    for got, want in zip(exact(ids), (np.cos(theta), np.sin(theta)), strict=True):
+        assert got.shape == (2, 30, 1, 48)
+        _exact(got[:, :, 0], want)

@@ -325,6 +325,23 @@ def test_pixel_modules_left_alone_where_timm_differs():
     assert "grid_type 'index'" in rows["index"].note
 
 
+@pytest.mark.parametrize("in_pixels", [True, False])
+@pytest.mark.parametrize("compat", [None, "original"])
+def test_a_width_posenc_cannot_serve_is_left_alone(in_pixels, compat):
+    """``RotaryEmbeddingCat(66)`` (dim not a multiple of 4: timm takes it, posenc's presets
+    do not): the recogniser leaves it alone, saying why, instead of aborting the patch; the
+    other modules are patched."""
+    holder = _Holder(odd=RotaryEmbeddingCat(66, in_pixels=in_pixels),
+                     even=RotaryEmbeddingCat(64, in_pixels=in_pixels))  # fmt: skip
+    before = holder.odd
+    rows = _rows(patch(holder, compat=compat))
+    assert rows["odd"].mode is None
+    assert "`dim` = 66" in rows["odd"].note
+    assert "multiple of 4" in rows["odd"].note
+    assert holder.odd is before
+    assert rows["even"].mode == ("exact" if compat is None else "compat")
+
+
 @pytest.mark.parametrize(("dim", "section"), [(64, (8, 12, 12)), (72, (8, 12, 12)),
                                               (48, (2, 3, 5))])  # fmt: skip
 def test_mrope_module(dim, section):

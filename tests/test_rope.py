@@ -375,3 +375,21 @@ def test_block_halves_through_rope():
     np.testing.assert_allclose(sin, np.sin(want), rtol=0, atol=1e-15)
     with raises("`blocks`", "5", "blocks of an even width"):
         posenc.rope(p, 24, layout="block-halves", blocks=5)
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved", "compact", "block-halves"])
+def test_one_block_is_every_layout_in_rope_and_apply_rope(layout):
+    """``blocks=1`` (one block: the layout itself) is taken by ``rope`` and ``apply_rope``
+    alike, with any layout; another count cuts only ``"block-halves"``, in both."""
+    p = np.arange(5, dtype=np.float64)
+    cos, sin = posenc.rope(p, 8, layout=layout, blocks=1)
+    want = posenc.rope(p, 8, layout=layout)
+    assert all(np.array_equal(a, b) for a, b in zip((cos, sin), want, strict=True))
+    x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    given = posenc.apply_rope(x, cos, sin, layout, blocks=1)
+    assert np.array_equal(given, posenc.apply_rope(x, cos, sin, layout))
+    if layout != "block-halves":
+        with raises("`blocks`", "'block-halves'"):
+            posenc.rope(p, 8, layout=layout, blocks=2)
+        with raises("`blocks`", "'block-halves'"):
+            posenc.apply_rope(x, cos, sin, layout, blocks=2)

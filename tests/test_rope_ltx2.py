@@ -328,7 +328,11 @@ def test_block_errors():
         posenc.apply_rope(x, x, x, "block-halves", blocks=5)
     with pytest.raises(PosencError, match="blocks"):
         posenc.apply_rope(x, x, x, "halves", blocks=2)
-    with pytest.raises(PosencError, match="heads"):
+    with pytest.raises(PosencError, match=r"`blocks` = 32 .*'ltx2-video-split'.*pass `blocks`"):
         posenc.rope(np.zeros((2, 3)), 4000, preset="ltx2-video-split")
+    # the preset's 32 heads are a default: the call's blocks or layout decide (4000 = 8 * 500)
+    for kw in ({"blocks": 4}, {"layout": "halves"}, {"layout": "interleaved"}):
+        cos, _ = posenc.rope(np.zeros((2, 3)), 4000, preset="ltx2-video-split", **kw)
+        assert cos.shape == (2, 4000)
     with pytest.raises(PosencError, match="dim"):
         posenc.rope(np.zeros(3), 1, preset="ltx2-audio")

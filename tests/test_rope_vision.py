@@ -529,3 +529,134 @@ def test_apply_rope_compat_diffusers_is_the_complex_product_too(dtype):
     ours = posenc.apply_rope(x, cos[:, None], sin[:, None], "interleaved", compat="diffusers")
     assert torch.equal(apply_rotary_emb(x, table[None], use_real=False), ours)
     assert torch.equal(apply_rotary_emb_qwen(x, table, use_real=False), ours)
+
+
+# ---------------------------------------------------------------------------------------------
+# every compat replay: a keyword its original has not is refused, one it has is honoured
+
+
+def _originals():
+    from posenc.spec.presets import get_rotary_preset
+
+    return [(name, mode) for name in posenc.presets("rotary")
+            for mode in get_rotary_preset(name).originals]  # fmt: skip
+
+
+def _grid_of(name):
+    """The preset's width, a small grid of its axes (square for Llama 4's n x n), its base."""
+    from posenc.spec.presets import get_rotary_preset
+    from posenc.spec.rotary import rotary
+
+    dim = get_rotary_preset(name).dim
+    r = rotary(dim, preset=name)
+    k = r.ndim
+    shape = {1: (5,), 2: (4, 4) if name == "llama4-vision" else (3, 4), 3: (2, 3, 4)}[k]
+    return dim, shape, r.base
+
+
+FOREIGN = {
+    "block-halves": lambda k, base: {"layout": "block-halves", "blocks": 2},
+    "halves": lambda k, base: {"layout": "halves"},
+    "interleaved": lambda k, base: {"layout": "interleaved"},
+    "compact": lambda k, base: {"layout": "compact"},
+    "axes_base": lambda k, base: {"axes_base": tuple(2.0 * base * (a + 1) for a in range(k))},
+    "axes_scale": lambda k, base: {"axes_scale": (0.5,) * k},
+    "block_axes": lambda k, base: {"block_axes": tuple(reversed(range(k)))},
+}
+"""Keywords beside a preset that change its table (each a form some original has)."""
+
+HONOURED = {("qwen-image", "diffusers", "compact"), ("qwen-image", "diffusers", "halves"),
+            ("cosmos", "diffusers", "axes_base"), ("eva02", "timm", "halves"),
+            ("eva02", "timm", "block_axes"), ("dinov3", "timm", "block_axes"),
+            ("timm-pixel", "timm", "halves"), ("lumina-next", "diffusers", "axes_scale"),
+            ("lumina2", "diffusers", "halves"), ("z-image", "diffusers", "compact"),
+            ("kandinsky5", "diffusers", "axes_scale"), ("kandinsky6", "diffusers", "compact"),
+            ("gemma4-vision", "timm", "block-halves"),
+            ("gemma4-vision", "transformers", "block-halves")}  # fmt: skip
+"""Forms the originals have (the test must not pass by refusing everything)."""
+
+
+@pytest.mark.parametrize("foreign", list(FOREIGN))
+@pytest.mark.parametrize(("name", "mode"), _originals())
+def test_compat_refuses_or_honours_every_keyword(name, mode, foreign):
+    """Every ``compat=`` replay compares the call's form (layout, blocks, widths, factors,
+    bases, block order) with its family's own: a keyword the original does not have is an
+    error naming it; one it has gives the table the keyword asks for (the exact table of the
+    same call, within the original's float32 error), never the family's own table under
+    another name (timm's eva02 with ``layout="block-halves"`` was interleaved, 1.99 off;
+    ``axes_base`` was ignored; qwen-image's block-halves came back half as wide)."""
+    dim, shape, base = _grid_of(name)
+    kw = FOREIGN[foreign](len(shape), base)
+    refused = None
+    try:
+        got = posenc.rope_grid(shape, dim, preset=name, compat=mode, dtype=torch.float64, **kw)
+    except PosencError as err:
+        refused = str(err)
+    if refused is not None:
+        assert (name, mode, foreign) not in HONOURED
+        assert any(f"`{k}`" in refused for k in kw), refused
+        return
+    want = posenc.rope_grid(shape, dim, preset=name, dtype=np.float64, **kw)
+    for g, w in zip(got, want, strict=True):
+        assert tuple(g.shape) == w.shape
+        assert np.abs(g.numpy() - w).max() < 1e-2  # LTX's float32 angles reach 1.6e4 rad
+
+
+def test_the_honoured_forms_are_the_originals():
+    """Forms a replay takes from the call, bit for bit with the original: Cosmos's module with
+    another ``rope_scale`` is its per-axis bases (``axes_base``); Qwen-Image's complex rows
+    placed as halves; the forms no original has stay refused."""
+    from diffusers.models.transformers.transformer_cosmos import CosmosRotaryPosEmbed
+    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+    dims, scale = (3, 5, 6), (1.5, 3.0, 2.0)
+    d_s = 128 // 6 * 2
+    widths = (128 - 2 * d_s, d_s, d_s)
+    bases = tuple(1e4 * s ** (d / (d - 2)) for s, d in zip(scale, widths, strict=True))
+    want = CosmosRotaryPosEmbed(128, rope_scale=scale)(torch.zeros(1, 1, 3, 10, 12))
+    got = posenc.rope_grid(dims, 128, preset="cosmos", axes_base=bases, compat="diffusers",
+                           dtype=torch.float32)  # fmt: skip
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    module = QwenEmbedRope(10000, [16, 56, 56], scale_rope=True)
+    video, _ = module([(1, 4, 6)], device=torch.device("cpu"), max_txt_seq_len=4)
+    cos, sin = posenc.rope_grid((1, 4, 6), 128, preset="qwen-image", layout="halves",
+                                compat="diffusers", dtype=torch.float32)  # fmt: skip
+    assert torch.equal(cos, torch.cat([video.real] * 2, -1))
+    assert torch.equal(sin, torch.cat([video.imag] * 2, -1))
+    for call in (
+        lambda: posenc.rope_grid((4, 5), 64, preset="eva02", compat="timm",
+                                 layout="block-halves", blocks=2),
+        lambda: posenc.rope_grid((4, 5), 64, preset="timm-pixel", compat="timm",
+                                 axes_base=(224.0, 448.0)),
+        lambda: posenc.rope_grid((4, 5), 64, preset="dinov3", compat="transformers",
+                                 axes_base=(100.0, 200.0)),
+        lambda: posenc.rope_grid((1, 4, 5), 128, preset="qwen-image", layout="block-halves",
+                                 blocks=2, compat="diffusers"),
+    ):  # fmt: skip
+        with pytest.raises(PosencError, match="drop"):
+            call()
+
+
+def test_a_preset_default_gives_way_to_the_calls_keywords():
+    """A preset's ``per_block`` (Cosmos's bases from its widths) is not asked when the call
+    gives ``axes_base``; its block count is a default under the call's ``blocks`` or layout
+    (LTX-2's 32 heads of a 96-wide table: ``blocks=4`` or ``layout="halves"``)."""
+    bases = (1e4, 2e4, 5e3)
+    cos, sin = posenc.rope_grid((3, 4, 5), 64, preset="cosmos", axes_dim=(2, 30, 32),
+                                axes_base=bases)  # fmt: skip
+    positions = [np.arange(n) for n in (3, 4, 5)]
+    parts = [axial_rope((3, 4, 5), (d,), b, (a,), positions)
+             for a, (d, b) in enumerate(zip((2, 30, 32), bases, strict=True))]  # fmt: skip
+    half = [np.concatenate([p[j][:, : p[j].shape[1] : 2] for p in parts], axis=1)
+            for j in (0, 1)]  # fmt: skip
+    for got, h in zip((cos, sin), half, strict=True):  # cosmos: halves over the whole head
+        assert_exact(got, np.concatenate([h, h], axis=1))
+    ids = np.stack(np.meshgrid(*[np.linspace(-1, 1, n) for n in (2, 3, 4)], indexing="ij"), -1)
+    ids = ids.reshape(-1, 3)
+    for kw in ({"blocks": 4}, {"layout": "halves"}):
+        split = posenc.rope(ids, 96, preset="ltx2-video-split", **kw)
+        whole = posenc.rope(ids, 96, preset="ltx2-video", layout="block-halves",
+                            blocks=kw.get("blocks", 1))  # fmt: skip
+        assert all(np.array_equal(a, b) for a, b in zip(split, whole, strict=True))
+    with pytest.raises(PosencError, match=r"`blocks` = 32 must cut `dim` = 96"):
+        posenc.rope(ids, 96, preset="ltx2-video-split")

@@ -76,7 +76,8 @@ def apply_rope(
             ``2i + 1`` (Meta's complex product), ``"compact"`` tables of ``w/2`` columns
             pair as halves, ``"block-halves"``: halves inside each of ``blocks`` equal blocks
             of the ``w`` channels (Allegro's three axes, LTX-2's "split" heads).
-        blocks: with ``"block-halves"``, how many blocks (default 1: halves).
+        blocks: with ``"block-halves"``, how many blocks (default 1: halves); any other
+            layout takes only ``blocks=1`` (one block: the layout itself), as :func:`rope`.
         compat: torch only: the original's own arithmetic, bit for bit: ``"diffusers"``
             (``apply_rotary_emb(x, (cos, sin), use_real=True)``: float32 products and sum,
             then ``x``'s dtype; ``use_real_unbind_dim=-1`` is the interleaved layout, ``-2``
@@ -129,7 +130,7 @@ def apply_rope(
         )
     if layout == "block-halves":
         return _block_halves(x, cos, sin, w, blocks, compat)
-    if blocks is not None:
+    if blocks is not None and check_int("blocks", blocks, minimum=1) != 1:  # as rope()'s
         raise PosencError(f"`blocks` cuts the 'block-halves' layout, not {layout!r}: drop it")
     if compat is not None:
         return _apply_compat(x, cos, sin, w, layout, compat)

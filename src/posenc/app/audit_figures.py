@@ -86,11 +86,14 @@ def rotary_figures(keywords: dict[str, Any], n: int) -> tuple[float, float]:
 
 
 def axial_figures(axes_dim: tuple[int, ...], theta: float, side: int) -> tuple[float, float]:
-    """FLUX's axial rotary at ids ``(0, h, w)``, ``h, w < side``: the error of diffusers'
-    float32 table on CPU/CUDA (float64 arithmetic, rounded once) and of its float32
-    arithmetic on MPS/NPU (replayed in NumPy float32)."""
+    """FLUX's axial rotary at ids ``(0, h, w)`` (``(0, h, w, 0)`` with four axes, ``(h, w)``
+    with two), ``h, w < side``: the error of diffusers' float32 table on CPU/CUDA (float64
+    arithmetic, rounded once) and of its float32 arithmetic on MPS/NPU (replayed in NumPy
+    float32)."""
     h, w = np.meshgrid(np.arange(side), np.arange(side), indexing="ij")
-    ids = np.stack([np.zeros(side * side, dtype=np.int64), h.ravel(), w.ravel()], axis=-1)
+    ids = np.zeros((side * side, len(axes_dim)), dtype=np.int64)  # (0, h, w, 0 …), or (h, w)
+    first = 1 if len(axes_dim) > 2 else 0
+    ids[:, first], ids[:, first + 1] = h.ravel(), w.ravel()
     kw: dict[str, Any] = {"base": theta, "layout": "interleaved", "axes_dim": tuple(axes_dim)}
     cos, sin = rope(ids, sum(axes_dim), dtype=np.float64, **kw)
     cos32, sin32 = rope(ids, sum(axes_dim), dtype=np.float32, **kw)

@@ -310,30 +310,6 @@ def patch_grid(component: str, side: int, dim: int, base_size: float, scale: flo
                    "float32 buffer", PATCH, needs_torch=False, measure=measure)  # fmt: skip
 
 
-def axial(component: str, axes_dim: tuple[int, ...], theta: float, side: int) -> Finding:
-    """FLUX's ``FluxPosEmbed``: axial rotary, float64 on CPU/CUDA, float32 on MPS/NPU."""
-
-    def measure() -> tuple[float | None, float | None, str | None]:
-        a, mps = fig.axial_figures(axes_dim, theta, side)
-        return a, None, f"on MPS/NPU diffusers computes in float32: error {mps:.3g} there"
-
-    extra: dict[str, Any] = {}
-    if tuple(axes_dim) != (16, 56, 56):
-        extra["axes_dim"] = tuple(axes_dim)
-    if float(theta) != 10000.0:
-        extra["base"] = float(theta)
-
-    return Finding(component, "pos_embed (FluxPosEmbed)",
-                   f"axial rotary, axes {tuple(axes_dim)}, base {theta:g}",
-                   _call("posenc.rope", "ids", sum(axes_dim), preset="flux", **extra),
-                   side - 1, f"ids (0, h, w) for h, w < {side} (2048 px images; the config "
-                   "holds no resolution)",
-                   "diffusers FluxPosEmbed: float64 on CPU/CUDA (exact, rounded once), float32 "
-                   "on MPS/NPU", "none needed on CPU/CUDA; on MPS/NPU: " + PATCH,
-                   note="computed per call: no bf16 buffer", needs_torch=False,
-                   measure=measure)  # fmt: skip
-
-
 DDPM_T = np.arange(1000.0)
 DDPM_WORDS = "timesteps 0…999 (1000 training steps)"
 FLOW_T = np.arange(0.0, 1000.25, 0.25)
@@ -343,7 +319,8 @@ FLOW_WORDS = "t = 1000 sigma: 0…1000 in steps of 0.25"
 def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
     """The encodings of a diffusers model config (``_class_name``); [] when none is
     recognised: a UNet's timestep embedding, a patch transformer's ``pos_embed`` grid and
-    timestep embedding (DiT, PixArt, SD3), FLUX's axial rotary and timestep embedding."""
+    timestep embedding (DiT, PixArt, SD3). The rotary families (FLUX's included) are
+    :mod:`posenc.app.audit_vision`'s."""
     name = str(cfg.get("_class_name", ""))
     out: list[Finding] = []
     channels = cfg.get("block_out_channels")
@@ -354,14 +331,6 @@ def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
             alt = _call("model.time_proj = posenc.torch.Timesteps", d, flip_sin_to_cos=flip,
                         downscale_freq_shift=shift)  # fmt: skip
             out.append(timestep(component, "time_proj", d, flip, shift, DDPM_T, DDPM_WORDS, alt))
-        return out
-    if "axes_dims_rope" in cfg or name.startswith("Flux"):
-        axes = tuple(int(a) for a in cfg.get("axes_dims_rope", (16, 56, 56)))
-        out.append(axial(component, axes, 10000.0, 128))
-        where = "time_text_embed.time_proj" + (
-            " (and guidance)" if cfg.get("guidance_embeds") else ""
-        )
-        out.append(timestep(component, where, 256, True, 0, FLOW_T, FLOW_WORDS))
         return out
     heads, head_dim = cfg.get("num_attention_heads"), cfg.get("attention_head_dim")
     patch, size = cfg.get("patch_size"), cfg.get("sample_size")

@@ -18,7 +18,8 @@ import numpy as np
 
 from posenc.api.rope_grid import rope_grid
 from posenc.app import audit_figures as fig
-from posenc.app.audit_models import PATCH, Finding
+from posenc.app.audit_models import FLOW_T, FLOW_WORDS, PATCH, Finding, _call, timestep
+from posenc.spec.presets import get_rotary_preset
 
 Keywords = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -171,10 +172,75 @@ VISION: dict[str, VisionFamily] = {
 """diffusers ``_class_name`` → its rotary family."""
 
 
+# --- FLUX and the families of its ids ---------------------------------------------------------
+
+ID_FAMILIES: dict[str, tuple[str, str]] = {
+    "FluxTransformer2DModel": ("FluxPosEmbed", "flux"),
+    "ChromaTransformer2DModel": ("FluxPosEmbed", "flux"),
+    "LongCatImageTransformer2DModel": ("LongCatImagePosEmbed", "flux"),
+    "OvisImageTransformer2DModel": ("OvisImagePosEmbed", "flux"),
+    "BriaTransformer2DModel": ("BriaEmbedND", "flux"),
+    "BriaFiboTransformer2DModel": ("BriaFiboEmbedND", "flux"),
+    "Flux2Transformer2DModel": ("Flux2PosEmbed", "flux2"),
+    "Flux3Transformer2DModel": ("Flux3PosEmbed", "flux3"),
+    "Krea2Transformer2DModel": ("Krea2RotaryPosEmbed", "krea2"),
+    "HiDreamImageTransformer2DModel": ("HiDreamImageEmbedND", "hidream"),
+}
+"""diffusers transformers whose rotary tables are FLUX's ``get_1d_rotary_pos_embed`` per axis
+of ids (float64 angles; float32 on MPS/NPU): ``_class_name`` → (the module, the preset)."""
+
+
+def axial(component: str, axes_dim: tuple[int, ...], theta: float, side: int,
+          module: str = "FluxPosEmbed", preset: str = "flux") -> Finding:  # fmt: skip
+    """FLUX's ``FluxPosEmbed`` and its kind: axial rotary of ids, float64 on CPU/CUDA, float32
+    on MPS/NPU."""
+
+    def measure() -> tuple[float | None, float | None, str | None]:
+        a, mps = fig.axial_figures(axes_dim, theta, side)
+        return a, None, f"on MPS/NPU diffusers computes in float32: error {mps:.3g} there"
+
+    own = get_rotary_preset(preset).rotary
+    extra: dict[str, Any] = {}
+    if tuple(axes_dim) != tuple(own.get("axes_dim", ())):
+        extra["axes_dim"] = tuple(axes_dim)
+    if float(theta) != float(own.get("base", 10000.0)):
+        extra["base"] = float(theta)
+
+    return Finding(component, f"pos_embed ({module})",
+                   f"axial rotary, axes {tuple(axes_dim)}, base {theta:g}",
+                   _call("posenc.rope", "ids", sum(axes_dim), preset=preset, **extra),
+                   side - 1, f"ids (0, h, w) for h, w < {side} (2048 px images; the config "
+                   "holds no resolution)",
+                   f"diffusers {module}: float64 on CPU/CUDA (exact, rounded once), float32 "
+                   "on MPS/NPU", "none needed on CPU/CUDA; on MPS/NPU: " + PATCH,
+                   note="computed per call: no bf16 buffer", needs_torch=False,
+                   measure=measure)  # fmt: skip
+
+
+def _ids_findings(cfg: dict[str, Any], component: str, name: str) -> list[Finding]:
+    module, preset = ID_FAMILIES.get(name, ("FluxPosEmbed", "flux"))
+    own = get_rotary_preset(preset).rotary  # the config's values, else the family's defaults
+    axes = tuple(int(a) for a in cfg.get("axes_dims_rope") or own["axes_dim"])
+    theta = float(cfg.get("rope_theta") or own["base"])
+    out = [axial(component, axes, theta, 128, module, preset)]
+    if name in ("FluxTransformer2DModel", ""):  # FLUX.1's own timestep embedding
+        where = "time_text_embed.time_proj" + (
+            " (and guidance)" if cfg.get("guidance_embeds") else ""
+        )
+        out.append(timestep(component, where, 256, True, 0, FLOW_T, FLOW_WORDS))
+    return out
+
+
+# --- grids -------------------------------------------------------------------------------------
+
+
 def vision_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
-    """The rotary embedding of a diffusers image or video transformer config, or [] (CogVideoX
-    without ``use_rotary_positional_embeddings`` has none)."""
+    """The rotary embedding of a diffusers image or video transformer config (FLUX's and its
+    kind's, with FLUX.1's timestep embedding), or [] (CogVideoX without
+    ``use_rotary_positional_embeddings`` has none)."""
     name = str(cfg.get("_class_name", ""))
+    if name in ID_FAMILIES or (not name and "axes_dims_rope" in cfg):
+        return _ids_findings(cfg, component, name)
     family = VISION.get(name)
     if family is None:
         return []
@@ -220,7 +286,8 @@ def _call_grid(grid: tuple[int, ...], dim: int, preset: str, kw: dict[str, Any])
 
 TIMM_HEAD = 64
 """The head width measured for timm's rotary models: their ``config.json`` does not hold it
-(64 in EVA-02, the ViT-RoPE variants, Perception Encoder core and DINOv3 up to ViT-H+)."""
+(64 in EVA-02, the ViT-RoPE variants, Perception Encoder core and DINOv3 up to ViT-H+; 128
+is assumed for the ``_7b_`` DINOv3)."""
 TIMM_FAMILIES = (("dinov3", "dinov3"), ("eva02", "eva02"), ("vit_pe_", "perception-encoder"),
                  ("_rope_mixed", ""), ("_rope_reg", "eva02"), ("_rope_", "vit-rope"))  # fmt: skip
 """Architecture name fragments → preset, the first match wins ("": learned frequencies)."""
@@ -244,9 +311,15 @@ def timm_vision_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
     if preset == "eva02":  # positions i * ref / feat, ref 16 x 16; a fixed size keeps its table
         kw["step"] = (16 / grid[0], 16 / grid[1])
         largest = max((n - 1) * 16 / n for n in grid)
-    words = f"{size[-2]} x {size[-1]} pixels, head width {TIMM_HEAD} assumed"
+    elif preset == "perception-encoder":  # i + 1 at the native size (i: the gigantic models)
+        gigantic = "gigantic" in arch
+        if gigantic:
+            kw["start"] = (0.0, 0.0)
+        largest = max(grid) - (1 if gigantic else 0)
+    head = 128 if "_7b_" in arch else TIMM_HEAD
+    words = f"{size[-2]} x {size[-1]} pixels, head width {head} assumed"
     family = VisionFamily(preset, "rope (timm rotary embedding)", grid, words,
                           "timm's rotary embedding: float32 angles", compat="timm",
-                          keywords=lambda cfg: kw, dim=lambda cfg: TIMM_HEAD,
+                          keywords=lambda cfg: kw, dim=lambda cfg: head,
                           buffers=preset == "eva02", largest=largest)  # fmt: skip
     return [_finding(family, cfg, component)]

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import PAIRS, Free, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
 NO_FLOAT64 = frozenset({"mps", "npu", "neuron"})
@@ -310,32 +310,17 @@ def _cogview4(
     return cogview4_tables(dims[0], dims[1], r.dim, float(r.base), None, device)
 
 
-FREE = {"axes_dim": ("wan", "hunyuan-video", "cogvideox", "qwen-image", "hunyuan-dit",
-                     "cosmos"), "axes_base": ("cosmos",), "layout": ("qwen-image",)}  # fmt: skip
-"""The keywords a family's replay takes from the call (its module's own widths, Cosmos's own
-bases, Qwen-Image's complex tables as the compact layout); every other one is the family's."""
-
-
-def _check_form(family: str, r: Any, blocks: Sequence[int]) -> None:
-    """Refuse a table whose form the family's arithmetic does not have (a layout, factors,
-    bases or block order of the call's own): the replay would silently give the family's."""
-    from posenc.spec.presets import get_rotary_preset
-    from posenc.spec.rotary import rotary
-
-    own = rotary(r.dim, preset=family, base=r.base,
-                 axes_dim=r.axes_dim if family in FREE["axes_dim"] else None)  # fmt: skip
-    for key in ("layout", "axes_dim", "axes_scale", "axes_base", "spacing"):
-        if getattr(r, key) != getattr(own, key) and family not in FREE.get(key, ()):
-            raise PosencError(
-                f"`{key}`: compat='diffusers' repeats {family}'s own tables ({key}="
-                f"{getattr(own, key)!r}), not {key}={getattr(r, key)!r}: drop `{key}`"
-            )
-    order = get_rotary_preset(family).block_axes or tuple(range(len(blocks)))
-    if tuple(blocks) != tuple(order):
-        raise PosencError(
-            f"`block_axes`: compat='diffusers' repeats {family}'s block order {order}, not "
-            f"{tuple(blocks)}: drop `block_axes`"
-        )
+FREE: dict[str, Free] = {
+    "wan": {"axes_dim": None},
+    "hunyuan-video": {"axes_dim": None},
+    "cogvideox": {"axes_dim": None},
+    "hunyuan-dit": {"axes_dim": None},
+    "cosmos": {"axes_dim": None, "axes_base": None},
+    "qwen-image": {"axes_dim": None, "layout": PAIRS},
+}
+"""The keywords each family's replay takes from the call (its module's own widths, Cosmos's
+own bases, Qwen-Image's complex tables in any pairs' layout); every other one is the family's
+(:func:`~posenc.compat.grid.check_form`)."""
 
 
 GROUPS = tuple(f"posenc.compat.diffusers_{g}" for g in ("video", "gathered", "ltx2", "kandinsky"))
@@ -359,7 +344,7 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
         if call.family in module.FAMILIES:
             out: tuple[Any, Any] = module.rotary_grid(call)
             return out
-    _check_form(call.family, r, call.blocks)
+    check_form(call, FREE.get(call.family))
     replays = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx,
                "cogview4": _cogview4}  # fmt: skip
 

@@ -17,11 +17,20 @@ from typing import Any
 
 import torch
 
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import PAIRS, Free, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
 FAMILIES: tuple[str, ...] = ("lumina-next", "lumina2", "z-image")
 """The presets whose ``compat="diffusers"`` tables this module computes."""
+
+FREE: dict[str, Free] = {
+    "lumina-next": {"layout": PAIRS, "axes_scale": None},
+    "lumina2": {"layout": PAIRS, "axes_dim": None},
+    "z-image": {"layout": PAIRS, "axes_dim": None},
+}
+"""The keywords each replay takes from the call (:func:`~posenc.compat.grid.check_form`): the
+layout its complex rows are placed in, Lumina-Next's ``linear_factor`` (``axes_scale``), the
+others' ``axes_dims``."""
 
 
 def lumina_rows(
@@ -101,21 +110,9 @@ def _factors(r: Any) -> tuple[float, float]:
     return 1.0 / scale[0], float(r.base)
 
 
-def _check(
-    family: str, r: Any, blocks: Sequence[int], starts: Sequence[float], steps: Sequence[float]
-) -> list[int]:
-    """The integer first row of each axis; an error where the call asks for another form
-    than the family's (fractional or strided positions, a block order, factors)."""
-    if tuple(blocks) != tuple(range(len(blocks))):
-        raise PosencError(
-            f"`block_axes`: compat='diffusers' repeats {family}'s block order, not "
-            f"{tuple(blocks)}: drop `block_axes`"
-        )
-    if family != "lumina-next" and (r.axes_scale or r.axes_base or r.interleave_axes):
-        raise PosencError(
-            f"`axes_scale`, `axes_base`: compat='diffusers' repeats {family}'s own tables "
-            "(one base, no factors): drop them"
-        )
+def _check(family: str, starts: Sequence[float], steps: Sequence[float]) -> list[int]:
+    """The integer first row of each axis; an error where the call asks for positions the
+    family's tables do not hold (fractional or strided)."""
     rows = []
     for a, (s0, st) in enumerate(zip(starts, steps, strict=True)):
         if st != 1.0 or s0 != int(s0) or s0 < 0 or (family == "lumina-next" and s0 != 0):
@@ -136,7 +133,13 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     r = call.r
     if call.cropped:
         raise PosencError(f"`crop`: compat='diffusers' takes {call.family}'s integer rows, no crop")
-    first = _check(call.family, r, call.blocks, call.starts, call.steps)
+    if call.family != "lumina-next" and (r.axes_scale or r.axes_base):
+        raise PosencError(
+            f"`axes_scale`, `axes_base`: compat='diffusers' repeats {call.family}'s own tables "
+            "(one base, no factors): drop them"
+        )
+    check_form(call, FREE[call.family])  # the rest of the form: the family's own
+    first = _check(call.family, call.starts, call.steps)
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if call.family == "lumina-next":

@@ -6,6 +6,9 @@ diffusers (``transformer_kandinsky.py``, ``transformer_kandinsky6.py``) keeps pe
 float32 buffer ``outer(arange(max_pos), exp(-ln(base) * arange(n) / n))``, reads its rows at
 the positions, multiplies them by a frequency factor (Kandinsky 6's audio) or divides them by
 the pipeline's ``scale_factor``, and takes cos and sin in float32.
+
+Also the angles of the ``rotate_half`` modules whose ``inv_freq`` buffer ``.to()`` may cast
+(Ideogram 4's, Cosmos 3's, Anima's), which their patch stand-ins replay.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 import torch
 
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import PAIRS, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
 FAMILIES: tuple[str, ...] = ("kandinsky5", "kandinsky6")
@@ -47,6 +50,30 @@ def kandinsky_angles(
     return rows.to(dtype) / divisor
 
 
+def inv_freq(d: int, base: float, device: Any = None) -> torch.Tensor:
+    """The float32 ``inv_freq`` buffer of diffusers' ``rotate_half`` modules (Ideogram 4's,
+    Cosmos 3's, Anima's): ``1 / base ** (arange(0, d, 2) / d)``, ``[d / 2]``."""
+    return 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+
+
+def halves_angles(
+    inv: torch.Tensor, pos: torch.Tensor, sections: tuple[int, ...] | None = None
+) -> torch.Tensor:
+    """Those modules' angles: their buffer ``inv`` ``[n]`` (as ``.to()`` left it) read as
+    float32, times the float32 positions ``pos`` ``[*s]`` by a matmul of inner size 1 (one
+    product each; an ambient autocast lowers it, where the caller lets it), ``[*s, n]``. With
+    ``sections`` (Qwen3-VL's interleaved mrope) ``pos`` is ``[3, *s]``: frequency ``j < 3 *
+    sections[a]`` with ``j % 3 == a`` reads axis ``a`` (1, 2), every other one axis 0."""
+    freqs = (inv.float()[:, None] @ pos.float()[..., None, :]).transpose(-1, -2)
+    if sections is None:
+        return freqs
+    out = freqs[0].clone()
+    for axis in (1, 2):
+        idx = torch.arange(axis, 3 * sections[axis], 3, device=out.device)
+        out[..., idx] = freqs[axis][..., idx]
+    return out
+
+
 def _divisors(r: Any) -> list[float]:
     """The ``scale_factor`` of each block: the inverse of its ``axes_scale``."""
     return [1.0 / s for s in (r.axes_scale or (1.0,) * len(r.axes_dim))]
@@ -59,6 +86,7 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     axes_scale``), broadcast, concatenated, cos and sin in float32, pairs as ``layout`` says
     (interleaved: the 2 x 2 matrices' own pairs; halves and compact hold the same numbers)."""
     r = call.r
+    check_form(call, {"layout": PAIRS, "axes_scale": None, "axes_dim": None})
     if list(call.blocks) != list(range(len(call.dims))):
         raise PosencError(
             f"`block_axes`: compat='diffusers' repeats {call.family}'s block order "

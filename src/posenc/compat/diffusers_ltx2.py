@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from posenc.compat.diffusers import ltx_tables, rotary_1d
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
 FAMILIES: tuple[str, ...] = ("allegro",)
@@ -29,21 +29,7 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     (token ``(t, h, w)`` takes row ``t``, ``h``, ``w`` of each axis's table): ``[F * H * W,
     dim]``, halves inside each of the three blocks."""
     r = call.r
-    own = (r.dim // 3,) * 3
-    form = (
-        r.layout,
-        r.blocks,
-        r.axes_dim,
-        r.axes_scale,
-        r.axes_base,
-        r.spacing,
-    )
-    if form != ("block-halves", 3, own, None, None, "lang") or tuple(call.blocks) != (0, 1, 2):
-        raise PosencError(
-            "`compat='diffusers'` repeats allegro's own tables (three blocks of dim / 3, "
-            "halves inside each, in the order t, h, w): drop `layout`, `axes_dim`, "
-            "`axes_scale`, `axes_base` and `block_axes`"
-        )
+    check_form(call)  # three blocks of dim / 3, halves inside each, in the order t, h, w
     if call.cropped or any(s0 != 0.0 for s0 in call.starts):
         raise PosencError(
             f"`compat='diffusers'`: allegro's positions are i / scale from 0 on every axis, "

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from posenc.compat.diffusers import qwen_image_rows, rotary_1d
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
 FAMILIES: tuple[str, ...] = ("hunyuan-image", "minimax-h3")
@@ -32,22 +32,36 @@ def grid_tables(
     theta: float,
     *,
     wide: torch.dtype = torch.float32,
+    ladders: Sequence[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per grid axis ``a``, ``get_1d_rotary_pos_embed(axes_dim[a], positions[a], theta,
     use_real=True, freqs_dtype=wide)`` (pairs, float32), broadcast over the grid ``[len(p) for p
     in positions]`` (first axis outermost) and concatenated: ``(cos, sin)`` ``[S, sum(axes_dim)]``.
     Positions in float32 are HunyuanVideo's, HunyuanImage's, Framepack's and CogVideoX's; int64
-    with ``wide`` float64, Wan's and ChronoEdit's."""
+    with ``wide`` float64, Wan's and ChronoEdit's. ``ladders``: each axis's frequencies ``[d /
+    2]`` as a module keeps them (Helios's buffers, maybe cast by ``.to()``), read as float32
+    in place of :func:`ladder` (the same numbers while they are float32)."""
     dims = [int(p.shape[0]) for p in positions]
     k, parts_cos, parts_sin = len(dims), [], []
     for a, (d, pos) in enumerate(zip(axes_dim, positions, strict=True)):
-        cos, sin = rotary_1d(d, pos, theta, freqs_dtype=wide)
+        if ladders is None:
+            cos, sin = rotary_1d(d, pos, theta, freqs_dtype=wide)
+        else:  # outer(pos, freqs): one float32 product each, as get_1d_rotary_pos_embed's
+            angles = torch.outer(pos, ladders[a].to(device=pos.device, dtype=torch.float32))
+            cos, sin = (f(angles).repeat_interleave(2, dim=1) for f in (torch.cos, torch.sin))
         shape = [1] * k + [d]
         shape[a] = dims[a]
         parts_cos.append(cos.reshape(shape).expand(*dims, d))
         parts_sin.append(sin.reshape(shape).expand(*dims, d))
     n = math.prod(dims)
     return torch.cat(parts_cos, dim=-1).reshape(n, -1), torch.cat(parts_sin, dim=-1).reshape(n, -1)
+
+
+def ladder(d: int, theta: float, dtype: torch.dtype = torch.float32, device: Any = None
+           ) -> torch.Tensor:  # fmt: skip
+    """diffusers' frequencies of a block of width ``d``: ``1 / theta ** (arange(0, d, 2) / d)``
+    in ``dtype`` (``get_1d_rotary_pos_embed``'s, and the buffers of Helios), ``[d / 2]``."""
+    return 1.0 / (theta ** (torch.arange(0, d, 2, dtype=dtype, device=device)[: d // 2] / d))
 
 
 def complex_grid(
@@ -63,8 +77,7 @@ def complex_grid(
     dims = [int(p.shape[0]) for p in positions]
     parts = []
     for a, (d, pos) in enumerate(zip(axes_dim, positions, strict=True)):
-        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=wide, device=pos.device)[: d // 2] / d))
-        angles = torch.outer(pos, inv)
+        angles = torch.outer(pos, ladder(d, theta, wide, pos.device))
         shape = [1] * len(dims) + [d // 2]
         shape[a] = dims[a]
         parts.append(torch.polar(torch.ones_like(angles), angles).reshape(shape).expand(*dims, -1))
@@ -106,10 +119,10 @@ def minimax_tables(
 def minimax_video_tables(
     ids: torch.Tensor, n: int, theta: float, inv_dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``MiniMaxH3VideoRotaryPosEmbed(6 n, theta)(ids)`` (the VAE decoder's; its ``inv_freq``
-    in ``inv_dtype``): ``2 pi`` times the float32 coordinates ``ids`` ``[B, S, 3]`` times the
-    ladder ``1 / theta ** arange(0, 1, 6 / dim)``, ``[t | h | w]`` twice over: ``(cos, sin)``
-    ``[B, S, 1, 6 n]``."""
+    """``MiniMaxH3VideoRotaryPosEmbed(2 k n, theta, num_axes=k)(ids)`` (the VAE decoder's, k =
+    3; its ``inv_freq`` in ``inv_dtype``): ``2 pi`` times the float32 coordinates ``ids`` ``[B,
+    S, k]`` times the ladder ``1 / theta ** arange(0, 1, 1 / n)``, the k axes' blocks twice
+    over: ``(cos, sin)`` ``[B, S, 1, 2 k n]``."""
     inv = 1.0 / theta ** torch.arange(0, 1, 1 / n, dtype=torch.float32, device=ids.device)
     angles = 2.0 * math.pi * ids[:, :, :, None] * inv.to(inv_dtype)[None, None, None, :]
     angles = angles.flatten(2, 3).tile(2).unsqueeze(2)
@@ -161,6 +174,7 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     if call.family not in FAMILIES:
         raise PosencError(f"`preset`: no diffusers replay of {call.family!r} here")
     _check(call.family, r, call.blocks, call.starts, call.steps)
+    check_form(call, {"axes_dim": None})  # the module's own widths; the rest its own
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if call.family == "minimax-h3":

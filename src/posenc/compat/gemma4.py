@@ -12,12 +12,11 @@ bit for bit on CPU torch (checked against each in the tests).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError, show
 
 FAMILY = "gemma4-vision"
@@ -42,34 +41,14 @@ def ids_tables(ids: torch.Tensor, inv: torch.Tensor) -> tuple[torch.Tensor, torc
     return recompose(freqs.cos()), recompose(freqs.sin())
 
 
-def _check(compat: str, dims: Sequence[int], r: Any, blocks: Sequence[int], starts: Sequence[float],
-           steps: Sequence[float], cropped: bool) -> None:  # fmt: skip
-    """Refuse what the modules cannot compute, naming the argument."""
-    label = f"`compat={compat!r}`: Gemma 4's vision table"
-    if r.scaling.rope_type != "default":
-        raise PosencError(f"{label} has no scaling rule, got `scaling` {r.scaling.rope_type!r}")
-    if r.layout != "block-halves" or r.blocks != 2:
+def _check_positions(call: GridCall) -> None:
+    """Refuse positions other than the processor's integer patch grid, naming the argument."""
+    dims, starts, steps = call.dims, call.starts, call.steps
+    if call.cropped or list(starts) != [0.0] * len(dims) or list(steps) != [1.0] * len(dims):
         raise PosencError(
-            f"{label} is laid out 'block-halves' with blocks=2 ([x | x][y | y]), got "
-            f"`layout`={r.layout!r}, `blocks`={r.blocks}"
-        )
-    half = r.dim // 2
-    if r.dim % 4 or tuple(r.axes_dim or ()) != (half, half):
-        raise PosencError(
-            f"{label} has two blocks of dim / 2, got `axes_dim`={show(r.axes_dim)} for dim={r.dim}"
-        )
-    if r.axes_scale is not None or r.axes_base is not None or r.spacing != "lang":
-        raise PosencError(f"{label} has one ladder base ** (-2j / (dim / 2)) for both blocks: "
-                          "drop `axes_scale` and `axes_base`")  # fmt: skip
-    if tuple(blocks) != (1, 0):
-        raise PosencError(
-            f"{label} encodes the column first ((x, y) ids): `block_axes` must be (1, 0), "
-            f"got {tuple(blocks)}"
-        )
-    if cropped or list(starts) != [0.0] * len(dims) or list(steps) != [1.0] * len(dims):
-        raise PosencError(
-            f"{label} is the processor's integer patch grid: `start` 0 and `step` 1 (no "
-            f"`crop`), got start {show(tuple(starts))}, step {show(tuple(steps))}"
+            f"`compat={call.compat!r}`: Gemma 4's vision table is the processor's integer patch "
+            f"grid: `start` 0 and `step` 1 (no `crop`), got start {show(tuple(starts))}, step "
+            f"{show(tuple(steps))}"
         )
 
 
@@ -91,7 +70,8 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
         raise PosencError(
             f"`compat={call.compat!r}`: this replay is {FAMILY!r}'s, not {call.family!r}"
         )
-    _check(call.compat, call.dims, r, call.blocks, call.starts, call.steps, call.cropped)
+    check_form(call)  # block-halves, blocks=2 ([x | x][y | y]), the column block first
+    _check_positions(call)
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():

@@ -12,11 +12,19 @@ torch (checked against timm itself in the tests). MoCo v3's ``build_2d_sincos_po
 
 The rotary tables (``timm/layers/pos_embed_sincos.py``) are float32 throughout too:
 ``RotaryEmbeddingCat``'s bands ``freq_bands(dim // 4, temperature, step=1)``, its ``'index'``
-grid ``(arange(n) + grid_offset) / feat * ref`` (EVA-02, RoPE-ViT, Perception Encoder), and
+grid ``(arange(n) + grid_offset) / feat * ref`` (EVA-02, RoPE-ViT, Perception Encoder); with
+``in_pixels=True`` (and ``RotaryEmbedding``'s defaults) the pixel bands ``pixel_freq_bands(dim
+// 4, max_res, linear_bands)`` (posenc's ``base`` is ``max_res``: presets ``timm-pixel``,
+``timm-pixel-linear``) over the ``'pixel'`` grid ``linspace(-1, 1, n)``;
 ``RotaryEmbeddingDinoV3``'s periods ``temperature ** (2k / (dim // 2))`` over the ``'centered'``
-grid, ``angle = 2 pi c / period``. :func:`rotary_grid` maps posenc's per-axis ``start + i *
-step`` back to those arguments (``grid_offset``, ``ref_feat_shape``, ``normalize_coords``,
-``grid_indexing`` from ``block_axes``) and refuses the positions timm's code cannot produce.
+grid, ``angle = 2 pi c / period``; ``RotaryEmbeddingMRope``'s one ladder (:func:`mrope_tables`).
+:func:`rotary_grid` maps posenc's per-axis ``start + i * step`` back to those arguments
+(``grid_offset``, ``ref_feat_shape``, ``normalize_coords``, ``grid_indexing`` from
+``block_axes``, ``rotate_half`` from ``layout``), refuses the positions timm's code cannot
+produce and every other keyword that is not the family's own
+(:func:`~posenc.compat.grid.check_form`). Gemma 4's ``Gemma4RotaryEmbedding2D`` is
+transformers' arithmetic too: its replay is :mod:`posenc.compat.gemma4`'s, which
+:func:`rotary_grid` forwards ``gemma4-vision`` to.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Any
 import torch
 
 from posenc.compat import gemma4
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import Free, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
 
@@ -101,7 +109,7 @@ def _one_offset(family: str, offsets: Sequence[float], what: str) -> float:
 
 def _check_table(family: str, kind: str, r: Any, blocks: Sequence[int]) -> tuple[str, bool]:
     """timm's ``grid_indexing`` and ``rotate_half`` for this table, or the error naming the
-    keyword timm's module cannot take."""
+    block widths or factors timm's module cannot take (the rest: :data:`FREE`)."""
     dim = r.dim
     if r.axes_dim is None or len(r.axes_dim) != 2:
         raise PosencError(
@@ -120,14 +128,13 @@ def _check_table(family: str, kind: str, r: Any, blocks: Sequence[int]) -> tuple
             f"`axes_scale`: {family}'s timm module scales its frequencies by {rule}, got "
             f"{r.axes_scale}"
         )
-    if r.layout == "compact":
-        raise PosencError(
-            "`layout`: timm's tables are 'interleaved' (rotate_half=False) or 'halves' "
-            "(rotate_half=True), got 'compact'"
-        )
-    if not r.scaling.is_default:
-        raise PosencError("`scaling`: timm's rotary tables have no scaling rule")
     return ("ij" if list(blocks) == [0, 1] else "xy"), r.layout == "halves"
+
+
+FREE: Free = {"layout": ("interleaved", "halves"), "block_axes": ((0, 1), (1, 0))}
+"""What timm's modules take from the call (:func:`~posenc.compat.grid.check_form`):
+``rotate_half`` (halves, else interleaved) and ``grid_indexing`` (``'ij'``: block axes ``(0,
+1)``; ``'xy'``: ``(1, 0)``); every other keyword is the family's."""
 
 
 def _cat_grid(
@@ -323,6 +330,7 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
             f"`compat`: 'timm' replays {', '.join(ROTARY_FAMILIES)}, not {call.family!r}"
         )
     indexing, rotate_half = _check_table(call.family, kind, r, call.blocks)
+    check_form(call, FREE)
     offset: float | None = None
     refs: list[float] | None = None
     if kind == DINOV3:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from posenc.compat import gemma4
-from posenc.compat.grid import GridCall, compat_grid
+from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError, show
 from posenc.spec.presets.vision import centred
 
@@ -162,46 +162,16 @@ def _llama4(
     return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
 
 
-FAMILIES: dict[str, tuple[Replay, str, tuple[int, ...]]] = {
-    "qwen2-vl-vision": (_rows_first("qwen2-vl-vision"), "halves", (0, 1)),
-    "pixtral": (_rows_first("pixtral"), "halves", (0, 1)),
-    "dinov3": (_dinov3, "halves", (0, 1)),
-    "sam2": (_columns_first("sam2"), "interleaved", (1, 0)),
-    "sam3-vit": (_columns_first("sam3-vit"), "interleaved", (1, 0)),
-    "llama4-vision": (_llama4, "interleaved", (1, 0)),
+FAMILIES: dict[str, Replay] = {
+    "qwen2-vl-vision": _rows_first("qwen2-vl-vision"),
+    "pixtral": _rows_first("pixtral"),
+    "dinov3": _dinov3,
+    "sam2": _columns_first("sam2"),
+    "sam3-vit": _columns_first("sam3-vit"),
+    "llama4-vision": _llama4,
 }
-"""Each family's replay, layout and block order (the grid axis each block encodes)."""
-
-
-def _scales(family: str, dim: int, base: float) -> tuple[float, float] | None:
-    """The ``axes_scale`` of the family's frequencies (None: 1 for both blocks)."""
-    if family == "pixtral":
-        return (1.0, base ** (-2.0 / dim))
-    if family == "dinov3":
-        return (2 * math.pi, 2 * math.pi)
-    return None
-
-
-def _check_form(family: str, r: Any, blocks: Sequence[int]) -> None:
-    """Refuse keywords that change the table away from what the module computes."""
-    label = f"`compat='transformers'`: {family}'s table"
-    if r.scaling.rope_type != "default":
-        raise PosencError(f"{label} has no scaling rule, got `scaling` {r.scaling.rope_type!r}")
-    _, layout, order = FAMILIES[family]
-    if r.layout != layout:
-        raise PosencError(f"{label} is laid out {layout!r}, got `layout`={r.layout!r}")
-    half = r.dim // 2
-    if r.dim % 4 or tuple(r.axes_dim) != (half, half):
-        raise PosencError(
-            f"{label} has two blocks of dim / 2, got `axes_dim`={show(r.axes_dim)} for dim={r.dim}"
-        )
-    if r.axes_scale != _scales(family, r.dim, r.base):
-        raise PosencError(
-            f"{label} scales its frequencies by {show(_scales(family, r.dim, r.base))}, got "
-            f"`axes_scale`={show(r.axes_scale)}"
-        )
-    if tuple(blocks) != order:
-        raise PosencError(f"{label} has `block_axes` {order}, got {tuple(blocks)}")
+"""Each family's replay; its layout, blocks and block order are its preset's
+(:func:`~posenc.compat.grid.check_form`)."""
 
 
 def _check_positions(
@@ -249,9 +219,9 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
         return gemma4.rotary_grid(call)
     if call.family not in FAMILIES:
         raise PosencError(f"`compat={call.compat!r}` has no replay of preset {call.family!r}")
-    _check_form(call.family, r, call.blocks)
+    check_form(call)  # the module's layout, blocks, factors and block order
     _check_positions(call.family, call.dims, call.starts, call.steps, call.cropped)
-    replay = FAMILIES[call.family][0]
+    replay = FAMILIES[call.family]
 
     def tables(work: torch.device) -> Tables:
         with torch.no_grad():

@@ -78,7 +78,8 @@ class Rotary:
         axes_scale: with ``axes_dim``, a factor multiplying each block's frequencies (in
             float64): DINOv3's ``2 pi``, Pixtral's odd-index shift, a per-axis downscaling.
         axes_base: with ``axes_dim``, each block's own base in place of ``base`` (Cosmos's
-            per-axis NTK bases).
+            per-axis NTK bases); with a pixel ``spacing``, each block's own maximum resolution
+            (the ``base`` of its pixel bands).
         spacing: ``"lang"`` (the ladders above) or ``"ltx"``: LTX-Video's one ladder of ``n =
             dim // (2 a)`` frequencies ``(pi / 2) * base ** (k / (n - 1))``, each read by the
             ``a = ladder_axes`` position axes in turn (``(t, h, w)`` per frequency; LTX-2's
@@ -203,7 +204,10 @@ def rotary(
     blocks: Any = None,
 ) -> Rotary:
     """The checked :class:`Rotary` of :func:`rope`'s keywords: a preset's, replaced by those
-    given, then the defaults (base 10000, halves)."""
+    given, then the defaults (base 10000, halves). A preset's ``axial`` and ``per_block``
+    keywords are defaults under the call's: ``per_block`` (what follows the blocks' widths) is
+    not asked when the call gives ``axes_base``, and the block counts are checked as the call
+    leaves them (by :func:`_blocks`), never by the preset."""
     given = {
         "base": base,
         "scaling": scaling,
@@ -228,10 +232,11 @@ def rotary(
         kw = {**axial(width, check_real("base", kw["base"], positive=True)), **kw}
     if layout not in (None, "block-halves") and blocks is None:
         kw.pop("blocks", None)  # another layout given: the preset's blocks of halves go
-    if per_block is not None and kw.get("axes_dim") is not None:  # what follows the blocks
+    if per_block is not None and axes_base is None and kw.get("axes_dim") is not None:
         widths = _ints("axes_dim", kw["axes_dim"])
         kw = {**per_block(widths, check_real("base", kw["base"], positive=True)), **kw}
-    return _rotary(dim, **kw)
+    default = preset if blocks is None and kw.get("blocks") is not None else None
+    return _rotary(dim, **kw, blocks_of=default)
 
 
 def _rotary(
@@ -249,6 +254,7 @@ def _rotary(
     interleave_axes: Any = False,
     blocks: Any = None,
     ladder_axes: Any = 3,
+    blocks_of: str | None = None,
 ) -> Rotary:
     dim = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
     if dim % 2:
@@ -324,7 +330,7 @@ def _rotary(
             f"`spacing='ltx'` needs `dim` >= {2 * ladder_axes} (dim // {2 * ladder_axes} "
             f"frequencies), got {dim}"
         )
-    blocks = _blocks(blocks, layout, dim)
+    blocks = _blocks(blocks, layout, dim, blocks_of)
     if check_bool("interleave_axes", interleave_axes) and axes_dim is None:
         raise PosencError("`interleave_axes` needs `axes_dim`: it takes the blocks in turn")
     return Rotary(
@@ -344,8 +350,9 @@ def _rotary(
     )
 
 
-def _blocks(blocks: Any, layout: str, dim: int) -> int:
-    """``layout="block-halves"``'s count of equal blocks, each an even width (1 otherwise)."""
+def _blocks(blocks: Any, layout: str, dim: int, preset: str | None = None) -> int:
+    """``layout="block-halves"``'s count of equal blocks, each an even width (1 otherwise);
+    ``preset``: the count is that preset's default, not the call's."""
     if blocks is None:
         return 1
     n = check_int("blocks", blocks, minimum=1, maximum=MAX_DIM)
@@ -355,7 +362,9 @@ def _blocks(blocks: Any, layout: str, dim: int) -> int:
         raise PosencError(
             f"`blocks` = {n} must cut `dim` = {dim} into blocks of an even width "
             f"(dim a multiple of 2 * blocks)"
-        )
+            + (f": {n} is preset {preset!r}'s count, pass `blocks` or another `layout`"
+               if preset else "")
+        )  # fmt: skip
     return n
 
 

@@ -7,6 +7,7 @@ module's dtype) or, with ``compat``, diffusers' own float32 arithmetic
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 from posenc.api.rope import rope
-from posenc.compat.diffusers_kandinsky import kandinsky_angles
+from posenc.compat.diffusers_kandinsky import halves_angles, inv_freq, kandinsky_angles
 from posenc.errors import PosencError
 from posenc.torch._base import _Tracked
 
@@ -132,6 +133,8 @@ class KandinskyRope3D(_KandinskyRope):
 
 FORMS = ("omnigen", "ideogram4", "cosmos3", "minimax", "audiodit", "anima")
 """The call forms of :class:`HalvesRope`: the modules it stands in for."""
+KEPT = ("ideogram4", "cosmos3", "anima")
+"""The forms whose originals read a kept ``inv_freq`` buffer (``.to()`` casts it)."""
 
 
 class HalvesRope(_Tracked):
@@ -152,33 +155,59 @@ class HalvesRope(_Tracked):
     - ``"anima"``: ``AnimaRotaryEmbedding``, ``forward(hidden_states, position_ids [B, L])``
       -> ``[B, L, dim]`` in the states' dtype.
 
-    Exact: :func:`posenc.rope` rounded once to the output dtype; ``compat="transformers"``:
-    transformers' float32 arithmetic (the same as these modules', bit for bit), then the
-    original's cast. Autocast never lowers it."""
+    Exact: :func:`posenc.rope` rounded once to the output dtype, autocast off;
+    ``compat="transformers"``: transformers' float32 arithmetic (the same as these modules',
+    bit for bit), then the original's cast. The ``KEPT`` forms keep in compat mode the
+    original's non-persistent ``inv_freq`` buffer (in ``inv_dtype``; ``.to()`` rounds it as
+    it rounds diffusers'), and replay the original's product of it with the positions, under
+    the ambient autocast for Anima (whose matmul is unguarded), without it for the others."""
+
+    inv_freq: Tensor
 
     def __init__(self, dim: int, base: float, *, form: str, scaling: dict[str, Any] | None = None,
                  sections: tuple[int, ...] | None = None, compat: str | None = None,
-                 device: Any = None) -> None:  # fmt: skip
+                 device: Any = None, inv_dtype: torch.dtype = torch.float32) -> None:  # fmt: skip
         super().__init__(device=device, dtype=torch.float32)
         if form not in FORMS or compat not in (None, "transformers"):
             raise PosencError(f"`form` must be one of {FORMS} and `compat` None or "
                               f"'transformers', got {form!r}, {compat!r}")  # fmt: skip
         self.dim, self.base, self.form, self.compat = dim, float(base), form, compat
         self.scaling, self.sections = scaling, sections
-        self.table(torch.zeros(3 if sections else 1, 1, dtype=torch.int64), None, torch.float32)
+        zeros = torch.zeros(3 if sections else 1, 1, dtype=torch.int64)
+        rope(zeros, dim, compat=compat, **self._keywords(None))  # refused now if it cannot
+        if compat is not None and form in KEPT:
+            kept = inv_freq(dim, self.base, self._device).to(inv_dtype)
+            self.register_buffer("inv_freq", kept, persistent=False)
 
-    def table(self, pos: Tensor, seq_len: int | None, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """``(cos, sin)`` ``[*pos.shape, dim]`` (``[*pos.shape[1:], dim]`` with sections)."""
+    def _keywords(self, seq_len: int | None) -> dict[str, Any]:
         kw: dict[str, Any] = {"base": self.base, "scaling": self.scaling, "layout": "halves",
                               "seq_len": seq_len}  # fmt: skip
         if self.sections is not None:
             kw.update(sections=self.sections, interleave_sections=True)
+        return kw
+
+    def table(self, pos: Tensor, seq_len: int | None, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)`` ``[*pos.shape, dim]`` (``[*pos.shape[1:], dim]`` with sections)."""
+        if self.compat is not None and self.form in KEPT:
+            return self._replay(pos, dtype)
+        kw = self._keywords(seq_len)
         with torch.autocast(pos.device.type, enabled=False):
             if self.compat is None:
                 cos, sin = rope(pos, self.dim, dtype=dtype, **kw)
                 return cos, sin
             cos, sin = rope(pos, self.dim, dtype=torch.float32, compat=self.compat, **kw)
         return cos.to(dtype), sin.to(dtype)
+
+    def _replay(self, pos: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The ``KEPT`` forms' compat tables: the original's angles from the kept buffer
+        (:func:`~posenc.compat.diffusers_kandinsky.halves_angles`), halves, cos and sin cast
+        to ``dtype``; only Anima's product under the ambient autocast."""
+        guard = (contextlib.nullcontext() if self.form == "anima"
+                 else torch.autocast(pos.device.type, enabled=False))  # fmt: skip
+        with guard:
+            angles = halves_angles(self.inv_freq.to(pos.device), pos, self.sections)
+        emb = torch.cat((angles, angles), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         """The tables, as the original's call gives them."""

@@ -14,9 +14,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from posenc.compat.diffusers_kandinsky import inv_freq
 from posenc.errors import PosencError
 from posenc.spec.presets.vision_kandinsky import KANDINSKY_SCALE, KANDINSKY_SCALE_LARGE
-from posenc.torch._kandinsky_rope import HalvesRope, KandinskyRope1D, KandinskyRope3D
+from posenc.torch._kandinsky_rope import KEPT, HalvesRope, KandinskyRope1D, KandinskyRope3D
+from posenc.torch._patch_diffusers_video import readable_theta
 from posenc.torch._patching import (
     Found,
     Recogniser,
@@ -64,7 +66,11 @@ def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     def run(mod: nn.Module) -> list[Tensor]:
         return [mod(torch.arange(rows, device=device))]
 
-    return Found(name, f"rope(pos, {dim}, preset='kandinsky5', axes_dim=({dim},))", build,
+    what = f"rope(pos, {dim}, preset='kandinsky5', axes_dim=({dim},), base={base:g})"
+    if scaling is not None:  # Kandinsky 6's audio: its frequencies times freqs_scaling
+        what = (f"rope(pos, {dim}, preset='kandinsky6', axes_dim=({dim},), base={base:g}, "
+                f"axes_scale=({scaling:g},)) (freqs_scaling={scaling:g})")  # fmt: skip
+    return Found(name, what, build,
                  numbers=lambda: run(module), probe=run,
                  note=f"max diff over positions 0 … {rows - 1}")  # fmt: skip
 
@@ -134,21 +140,26 @@ def on_purpose(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 # ---------------------------------------------------------------------------------------------
 # the rotate_half modules
 
+NO_BASE = ("not covered: its inv_freq buffer is not 1 / base ** (2j / d) in float32 (or cast "
+           "to 16 bits) of a base posenc can read")  # fmt: skip
+
 
 def _base_of(module: Any, root: nn.Module, d: int) -> float | None:
-    """The base a module's float32 ``inv_freq`` buffer was built from (the model's
-    ``rope_theta``, or the estimate from the buffer that rebuilds it bit for bit), or None."""
+    """The base a module's ``inv_freq`` buffer was built from: the model's ``rope_theta`` (or
+    10000), or a round estimate from the buffer (:func:`readable_theta`), whose float32
+    ladder, cast as the buffer is (float32, or bfloat16 / float16 after ``.to()``), rebuilds
+    it bit for bit; or None."""
     inv = module.inv_freq
-    if inv.is_meta or inv.dtype != torch.float32 or inv.numel() != d // 2 or d < 4:
+    if inv.is_meta or not inv.is_floating_point() or inv.numel() != d // 2 or d < 4:
         return None
-    guess = float(1.0 / inv[1].double()) ** (d / 2)
-    config = getattr(root, "config", None)
-    for base in (getattr(config, "rope_theta", None), round(guess), float(f"{guess:.3g}")):
-        if isinstance(base, int | float) and base > 0:
-            rebuilt = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-            if torch.equal(rebuilt, inv.cpu()):
-                return float(base)
-    return None
+    kept = inv.detach().cpu()
+
+    def matches(base: float) -> bool:
+        return torch.equal(inv_freq(d, base).to(kept.dtype), kept)
+
+    usual = getattr(getattr(root, "config", None), "rope_theta", None)
+    usual = float(usual) if isinstance(usual, int | float) and usual > 0 else 10000.0
+    return readable_theta(float(kept[-1].double()), d, matches, usual)
 
 
 def _halves(name: str, dim: int, base: float, form: str, note: str, probes: Any, *,
@@ -157,10 +168,13 @@ def _halves(name: str, dim: int, base: float, form: str, note: str, probes: Any,
     """A :class:`Found` for a :class:`HalvesRope` stand-in, measured on ``probes`` (the
     arguments of calls)."""
 
+    kept = getattr(module, "inv_freq", None) if form in KEPT else None
+    inv_dtype = kept.dtype if isinstance(kept, Tensor) else torch.float32
+
     def build(compat: str | None) -> nn.Module | str:
         return _built(lambda: HalvesRope(
             dim, base, form=form, scaling=scaling, sections=sections, device=device_of(module),
-            compat=None if compat is None else "transformers"))  # fmt: skip
+            compat=None if compat is None else "transformers", inv_dtype=inv_dtype))  # fmt: skip
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [t for args in probes for t in mod(*args)]
@@ -209,8 +223,7 @@ def mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
     base = _base_of(m, root, dim)
     if base is None:
-        return left_alone(name, "not covered: its inv_freq buffer is not float32 "
-                          "1 / base ** (2j / d) of a base posenc can read")  # fmt: skip
+        return left_alone(name, NO_BASE)
     device = device_of(module)
     pos = [torch.arange(4096, device=device), 65536 + torch.arange(4096, device=device)]
     probes: list[tuple[Any, ...]]
@@ -243,8 +256,7 @@ def audio_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     except (AttributeError, TypeError, ValueError):
         return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
     if base is None:
-        return left_alone(name, "not covered: its inv_freq buffer is not float32 "
-                          "1 / base ** (2j / d) of a base posenc can read")  # fmt: skip
+        return left_alone(name, NO_BASE)
     x = torch.zeros(1, n, 1, device=device)
     probes = {"minimax": [(n, device)], "audiodit": [(x,)],
               "anima": [(x, torch.arange(n, device=device)[None])]}[forms[name]]  # fmt: skip

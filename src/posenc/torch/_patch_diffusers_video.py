@@ -12,6 +12,7 @@ own module (``_patch_diffusers_rope.py``). Stand-ins: ``_video_rope.py``."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -112,9 +113,25 @@ def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | Non
                  note="max diff over frames 0 … 36 of 45 x 80 patches")  # fmt: skip
 
 
+def readable_theta(last: float, d: int, matches: Callable[[float], bool],
+                   usual: float = 10000.0) -> float | None:  # fmt: skip
+    """The theta of a table kept without it: the first of ``usual`` and the estimate from
+    ``last`` (a block of width ``d``'s last frequency ``theta ** (-(d - 2) / d)``, as kept) to
+    1, 2, 3 digits and to an integer whose table ``matches`` the kept one bit for bit (a 16-bit
+    table pins theta no closer: the roundest that rebuilds it is read), or None."""
+    guesses = [usual]
+    if d > 2 and 0.0 < last < 1.0:
+        estimate = last ** (-d / (d - 2))
+        if math.isfinite(estimate):
+            guesses += [float(f"{estimate:.{k}g}") for k in (1, 2, 3)] + [float(round(estimate))]
+    found = [t for t in dict.fromkeys(guesses) if t > 0 and matches(t)]
+    return found[0] if found else None
+
+
 def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """ChronoEdit's rotary module: Wan's float32 buffers of rows ``0 … max_seq_len - 1`` per
-    axis (float64 angles; float32 on a host with MPS), measured whole."""
+    axis (float64 angles; float32 on a host with MPS), measured whole. It keeps no theta: the
+    one whose tables its buffers hold bit for bit (:func:`readable_theta`)."""
     name = "ChronoEditRotaryPosEmbed"
     if not _ours(module, name):
         return None
@@ -132,19 +149,34 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
         return left_alone(name, "its tables are on the meta device: load the model first")
     axes = (dim - 2 * side, side, side)
     mps = "diffusers-mps" if torch.backends.mps.is_available() else "diffusers"
+    kept = [t.detach().cpu() for t in saved]
+
+    def stand_in(theta: float, mode: str | None, device: Any) -> ChronoEditRope:
+        return ChronoEditRope(dim, patch, rows, skip, axes_dim=axes, base=theta,
+                              compat=None if mode is None else mps,
+                              device=device).to(saved[0].dtype)  # fmt: skip
+
+    def matches(theta: float) -> bool:  # theta > 0: a base posenc takes
+        tables = stand_in(theta, mps, "cpu").axis_tables(rows)
+        return all(torch.equal(a, b) for a, b in zip(tables, kept, strict=True))
+
+    last = float(kept[1][1, axes[0] - 1].double().asin()) if rows > 1 and axes[0] > 2 else 0.0
+    theta = readable_theta(last, axes[0], matches)
+    if theta is None:
+        return left_alone(name, "not covered: it keeps no theta, and its freqs_cos / freqs_sin "
+                          f"buffers are Wan's tables (split {axes}) of none posenc can read "
+                          "(10000, or a round estimate from them)")  # fmt: skip
 
     def make(mode: str | None) -> nn.Module:
-        return ChronoEditRope(dim, patch, rows, skip, axes_dim=axes,
-                              compat=None if mode is None else mps,
-                              device=saved[0].device).to(saved[0].dtype)  # fmt: skip
+        return stand_in(theta, mode, saved[0].device)
 
     def probe(new: Any) -> list[Tensor]:
         out: list[Tensor] = new.axis_tables(rows)
         return out
 
-    return Found(name, f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes})",
-                 _covered(make), numbers=lambda: [t.detach() for t in saved], probe=probe,
-                 note=f"max diff over its tables of rows 0 … {rows - 1}")  # fmt: skip
+    return Found(name, f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes}, "
+                 f"base={theta:g})", _covered(make), numbers=lambda: [t.detach() for t in saved],
+                 probe=probe, note=f"max diff over its tables of rows 0 … {rows - 1}")  # fmt: skip
 
 
 def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -233,14 +265,18 @@ def helios_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     m: Any = module
     try:
         axes, theta = (int(m.DT), int(m.DY), int(m.DX)), float(m.theta)
+        kept: Tensor = m.freqs_base_t  # its buffers' dtype: the compat replay's follows it
     except (AttributeError, TypeError, ValueError):
         return _unlike(name)
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [mod(torch.arange(21)[None], 30, 52, torch.device("cpu"))]
 
+    def make(mode: str | None) -> nn.Module:
+        return HeliosRope(axes, theta, mode).to(device=kept.device, dtype=kept.dtype)
+
     return Found(name, f"posenc.rope(ids, {sum(axes)}, axes_dim={axes}, base={theta:g})",
-                 _covered(lambda mode: HeliosRope(axes, theta, mode)), numbers=lambda: run(module),
+                 _covered(make), numbers=lambda: run(module),
                  probe=run, note="max diff over frames 0 … 20 of 30 x 52 patches")  # fmt: skip
 
 
@@ -249,10 +285,38 @@ def _wan_blocks(dim: int) -> tuple[int, int, int]:
     return (dim - 2 * side, side, side)
 
 
+def _sana_theta(kept: Any, axes: tuple[int, int, int], rows: int) -> float | str:
+    """The theta of SANA-WM's complex64 table ``[rows, D / 2]`` (it keeps neither theta nor
+    ``fhw_dim``): the one whose table in Wan's split ``axes`` (the split its forward cuts at)
+    it holds bit for bit, or why there is none."""
+    width = sum(axes) // 2
+    if not (isinstance(kept, Tensor) and kept.dtype == torch.complex64
+            and tuple(kept.shape) == (rows, width) and rows > 1):  # fmt: skip
+        return f"not covered: its freqs is not a complex64 [{rows}, {width}] table"
+    table, pos = kept.detach().cpu(), [torch.arange(rows)]
+
+    def matches(theta: float) -> bool:
+        own = torch.cat([original.complex_grid(pos, (d,), theta) for d in axes], dim=-1)
+        return torch.equal(table, own)
+
+    theta = readable_theta(float(table[1, axes[0] // 2 - 1].imag.double().asin()), axes[0],
+                           matches)  # fmt: skip
+    if theta is not None:
+        return theta
+    starts = [c for c in range(width) if torch.equal(table[:, c], table[:, 0])]  # frequency 1
+    wan = [0, axes[0] // 2, (axes[0] + axes[1]) // 2]
+    if len(starts) == 3 and starts != wan:
+        split = tuple(2 * (b - a) for a, b in zip(starts, [*starts[1:], width], strict=True))
+        return (f"not covered: its table's blocks (fhw_dim {split}) are not Wan's split {axes}, "
+                "at which its forward cuts it: another table")  # fmt: skip
+    return ("not covered: it keeps no theta, and its table is Wan's (split "
+            f"{axes}) of none posenc can read (10000, or a round estimate from it)")  # fmt: skip
+
+
 def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """SANA-WM's rotary module (Wan's blocks as complex64 rows of float32 angles; it keeps no
-    theta: its table must be the one of theta 10000 and Wan's split) and AnyFlow's (complex128
-    rows of float64 angles), measured over a 21 x 30 x 52 patch grid (81 frames of 480p)."""
+    theta: the one its table holds, :func:`_sana_theta`) and AnyFlow's (complex128 rows of
+    float64 angles), measured over a 21 x 30 x 52 patch grid (81 frames of 480p)."""
     name = type(module).__name__
     if not _ours(module, "SanaWMRotaryPosEmbed", "AnyFlowRotaryPosEmbed"):
         return None
@@ -260,17 +324,12 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
     sana = name.startswith("Sana")
     try:
         dim, rows = int(m.attention_head_dim), int(m.max_seq_len)
-        theta = 10000.0 if sana else float(m.theta)
-        kept = m.freqs if sana else None
+        read = _sana_theta(m.freqs, _wan_blocks(dim), rows) if sana else float(m.theta)
     except (AttributeError, TypeError, ValueError):
         return _unlike(name)
-    axes = _wan_blocks(dim)
-    if kept is not None:
-        pos = [torch.arange(rows)]
-        own = torch.cat([original.complex_grid(pos, (d,), theta) for d in axes], dim=-1)
-        if not (isinstance(kept, Tensor) and kept.shape == own.shape and torch.equal(kept, own)):
-            return left_alone(name, "not covered: its table is not the one of theta 10000 and "
-                              f"Wan's split {axes} (another fhw_dim)")  # fmt: skip
+    if isinstance(read, str):
+        return left_alone(name, read)
+    theta, axes = read, _wan_blocks(dim)
     fhw = tuple(min(n, rows) for n in (21, 30, 52))
 
     def run(mod: nn.Module) -> list[Tensor]:
@@ -285,21 +344,9 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
         stand_in = SanaWMRope if sana else AnyFlowRope
         return stand_in(dim, axes, theta, wide=not sana, compat=mode)
 
-    return Found(name, f"rope_grid({dim}, preset='wan', layout='compact')", _covered(make),
-                 numbers=lambda: run(copy.deepcopy(module)), probe=run,
+    return Found(name, f"rope_grid({dim}, preset='wan', layout='compact', base={theta:g})",
+                 _covered(make), numbers=lambda: run(copy.deepcopy(module)), probe=run,
                  note=f"max diff over a {' x '.join(map(str, fhw))} patch grid")  # fmt: skip
-
-
-def _theta(inv: Tensor, n: int, ladder: Callable[[float], Tensor], usual: float) -> float | None:
-    """The base of a ladder kept without its theta (``inv[1] = theta ** (-1 / n)``): the one of
-    its estimate and ``usual`` whose ladder (cast as the buffer is) it holds bit for bit."""
-    try:
-        guess = float(round(1.0 / float(inv[1].double()) ** n)) if n > 1 else usual
-    except (IndexError, ZeroDivisionError, OverflowError):
-        return None
-    kept = inv.detach().cpu()
-    found = [t for t in (guess, usual) if torch.equal(ladder(t).to(kept.dtype), kept)]
-    return found[0] if found else None
 
 
 def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -323,7 +370,13 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
             return 1.0 / theta ** torch.arange(0, 1, 6 / (6 * n), dtype=torch.float32)
         return 1.0 / (theta ** (torch.arange(0, 2 * n, 2, dtype=torch.float32) / (2 * n)))
 
-    theta = _theta(inv, n, ladder, 100.0 if vae else 10000.0)
+    kept = inv.detach().cpu()
+
+    def matches(theta: float) -> bool:  # the ladder, cast as the buffer is
+        return torch.equal(ladder(theta).to(kept.dtype), kept)
+
+    last = float(kept[-1].double()) if kept.numel() == n else 0.0
+    theta = readable_theta(last, 2 * n, matches, 100.0 if vae else 10000.0)
     if theta is None:
         return left_alone(name, "not covered: its inv_freq is no ladder of an integer theta")
     dims = (31, 44, 80) if vae else (16, 45, 80)
@@ -340,8 +393,9 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         stand_in = MiniMaxVideoRope if vae else MiniMaxRope
         return stand_in(n, theta, mode, dtype=inv.dtype).to(inv.device)
 
-    what = (f"posenc.rope(c, {6 * n}, base={theta:g}, axes_scale=2 pi, layout='halves')" if vae
-            else f"posenc.rope(position_ids, {6 * n}, preset='minimax-h3')")  # fmt: skip
+    what = (f"posenc.rope(c, {2 * n} k, base={theta:g}, axes_dim=({2 * n},) * k, axes_scale=2 "
+            "pi, layout='halves'), k coordinates (the call's: the module keeps none)" if vae else
+            f"posenc.rope(position_ids, {6 * n}, preset='minimax-h3', base={theta:g})")  # fmt: skip
     return Found(name, what, _covered(make), numbers=lambda: run(module), probe=run,
                  note=f"max diff over the positions of a {' x '.join(map(str, dims))} "
                  "grid")  # fmt: skip

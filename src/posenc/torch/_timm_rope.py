@@ -15,6 +15,7 @@ from torch import Tensor
 
 from posenc.api.rope_grid import rope_grid
 from posenc.errors import PosencError
+from posenc.spec.rotary import rotary
 from posenc.torch._base import _Tracked
 
 CAT, DINOV3 = "cat", "dinov3"
@@ -153,6 +154,8 @@ class TimmRotaryEmbedding(_Tracked):
         device: Any = None,
     ) -> None:
         super().__init__(device=device, dtype=dtype)
+        given = rope.grid_options((1, 1))  # a width or base the family has not: refused now
+        rotary(rope.dim, preset=given["preset"], base=given["base"], layout=given["layout"])
         self.rope, self.compat = rope, compat
         self.dim, self.temperature, self.rotate_half = rope.dim, rope.temperature, rope.rotate_half
         self.grid_offset, self.grid_indexing = rope.grid_offset, rope.grid_indexing

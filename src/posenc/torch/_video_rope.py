@@ -122,10 +122,10 @@ class ChronoEditRope(VideoRope):
     take frame rows ``0`` and ``temporal_skip_len - 1``."""
 
     def __init__(self, dim: int, patch: tuple[int, int, int], rows: int, skip: int, *,
-                 axes_dim: tuple[int, ...], compat: str | None = None,
+                 axes_dim: tuple[int, ...], base: float = 10000.0, compat: str | None = None,
                  device: Any = None) -> None:  # fmt: skip
         super().__init__("wan", dim, patch, wan=True, compat=compat, axes_dim=axes_dim,
-                         device=device)  # fmt: skip
+                         base=base, device=device)  # fmt: skip
         self.rows, self.temporal_skip_len = rows, skip
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
@@ -302,13 +302,23 @@ class HeliosRope(nn.Module):
     width, device)`` with ``frame_indices`` ``[B, F]`` -> float32 ``[B, 2 D, F, H, W]``: the
     cos channels of the ``[t | h | w]`` blocks (pairs), then the sin ones, the frames at their
     indices, rows and columns ``0 … n - 1`` (Wan's blocks and base in HunyuanVideo's float32
-    arithmetic)."""
+    arithmetic). In compat mode it keeps the original's non-persistent ``freqs_base_t``, ``_y``
+    and ``_x`` buffers (each axis's float32 ladder), so ``.to(bfloat16)`` rounds them as
+    diffusers' are rounded."""
+
+    freqs_base_t: Tensor
+    freqs_base_y: Tensor
+    freqs_base_x: Tensor
 
     def __init__(self, axes_dim: tuple[int, ...], theta: float, compat: str | None = None
                  ) -> None:  # fmt: skip
         super().__init__()
         self.axes_dim, self.theta, self.compat = tuple(axes_dim), theta, compat
         rope_grid((1, 1, 1), sum(axes_dim), axes_dim=axes_dim, base=theta)  # refused if not
+        if compat is not None:
+            for axis, d in zip("tyx", self.axes_dim, strict=True):
+                self.register_buffer(f"freqs_base_{axis}", original.ladder(d, theta),
+                                     persistent=False)  # fmt: skip
 
     def forward(self, frame_indices: Tensor, height: int, width: int, device: Any) -> Tensor:
         """The tables of each batch item's frames on a ``height x width`` patch grid."""
@@ -317,7 +327,8 @@ class HeliosRope(nn.Module):
             if self.compat is not None:
                 pos = [frames, torch.arange(height, device=device, dtype=torch.float32),
                        torch.arange(width, device=device, dtype=torch.float32)]  # fmt: skip
-                cos, sin = original.grid_tables(pos, self.axes_dim, self.theta)
+                ladders = (self.freqs_base_t, self.freqs_base_y, self.freqs_base_x)
+                cos, sin = original.grid_tables(pos, self.axes_dim, self.theta, ladders=ladders)
             else:
                 pos = [frames.double(), torch.arange(height, device=device, dtype=torch.float64),
                        torch.arange(width, device=device, dtype=torch.float64)]  # fmt: skip
@@ -365,24 +376,26 @@ class MiniMaxRope(nn.Module):
 
 class MiniMaxVideoRope(MiniMaxRope):
     """The stand-in for diffusers' ``MiniMaxH3VideoRotaryPosEmbed`` (MiniMax-H3's VAE decoder):
-    ``forward(position_ids)`` with coordinates ``[B, S, 3]`` -> ``(cos, sin)`` ``[B, S, 1, 6
-    n]`` float32: angles ``2 pi c theta ** (-k / n)``, ``[t | h | w]`` twice over
-    (``posenc.rope(c, 6 n, base=theta, axes_dim=(2 n,) * 3, axes_scale=(2 pi,) * 3,
-    layout="halves")``)."""
+    ``forward(position_ids)`` with coordinates ``[B, S, k]`` (the decoder's k = 3: t, h, w)
+    -> ``(cos, sin)`` ``[B, S, 1, 2 k n]`` float32: angles ``2 pi c theta ** (-j / n)``, the k
+    axes' blocks twice over (``posenc.rope(c, 2 k n, base=theta, axes_dim=(2 n,) * k,
+    axes_scale=(2 pi,) * k, layout="halves")``). The original keeps no axis count (its
+    ``num_axes`` only sets the ladder's length ``n = dim / (2 k)``): its forward, and this
+    one, read ``k`` from the coordinates."""
 
     def forward(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         """The tables of the coordinates ``position_ids``."""
         if self.compat is not None:
             return original.minimax_video_tables(position_ids, self.n, self.theta,
                                                  self.inv_freq.dtype)  # fmt: skip
-        b, s, _ = position_ids.shape
-        ids = position_ids.to(torch.float32).double().reshape(b * s, 3)
+        b, s, k = position_ids.shape
+        ids = position_ids.to(torch.float32).double().reshape(b * s, k)
         side = 2 * self.n
-        cos, sin = rope(ids, 6 * self.n, base=self.theta, axes_dim=(side,) * 3,
-                        axes_scale=(2 * math.pi,) * 3, layout="halves",
+        cos, sin = rope(ids, k * side, base=self.theta, axes_dim=(side,) * k,
+                        axes_scale=(2 * math.pi,) * k, layout="halves",
                         dtype=torch.float32)  # fmt: skip
         return cos.reshape(b, s, 1, -1), sin.reshape(b, s, 1, -1)
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{6 * self.n}, base={self.theta:g}, axes_scale=2 pi, layout='halves'{mode}"
+        return f"{2 * self.n} k, base={self.theta:g}, axes_scale=2 pi, layout='halves'{mode}"

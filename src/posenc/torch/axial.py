@@ -38,6 +38,8 @@ class AxialRotaryEmbedding(_Tracked):
             beside it replace the preset's.
         base: as in :func:`posenc.rope_grid`.
         layout: as in :func:`posenc.rope_grid`.
+        blocks: with ``layout="block-halves"``, how many blocks hold halves, as in
+            :func:`posenc.rope_grid` (default the preset's, or 1).
         axes_dim: as in :func:`posenc.rope_grid`.
         axes_scale: as in :func:`posenc.rope_grid`.
         axes_base: as in :func:`posenc.rope_grid`.
@@ -64,6 +66,7 @@ class AxialRotaryEmbedding(_Tracked):
         preset: str | None = None,
         base: float | None = None,
         layout: str | None = None,
+        blocks: int | None = None,
         axes_dim: tuple[int, ...] | None = None,
         axes_scale: tuple[float, ...] | None = None,
         axes_base: tuple[float, ...] | None = None,
@@ -75,7 +78,7 @@ class AxialRotaryEmbedding(_Tracked):
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
         r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
-                   axes_scale=axes_scale, axes_base=axes_base)  # fmt: skip
+                   axes_scale=axes_scale, axes_base=axes_base, blocks=blocks)  # fmt: skip
         if r.spacing == "ltx" or r.interleave_axes:
             raise PosencError(
                 "`AxialRotaryEmbedding` keeps rows per block of channels; this family's axes "
@@ -100,7 +103,7 @@ class AxialRotaryEmbedding(_Tracked):
         bases = r.axes_base or (r.base,) * k
         self._plans = [  # each block alone: one column per frequency, [cos | sin]
             dataclasses.replace(r, dim=d, axes_dim=(d,), axes_scale=(s,), axes_base=(b,),
-                                layout="compact")
+                                layout="compact", blocks=1)
             .plan(None, f"AxialRotaryEmbedding({r.dim}, axes_dim={r.axes_dim})")
             for d, s, b in zip(r.axes_dim, scales, bases, strict=True)
         ]  # fmt: skip
@@ -142,9 +145,10 @@ class AxialRotaryEmbedding(_Tracked):
             r = self.rotary
             start, step = self._given
             return rope_grid(tuple(shape), r.dim, preset=self.preset, base=r.base,
-                             layout=r.layout, axes_dim=r.axes_dim, axes_scale=r.axes_scale,
-                             axes_base=r.axes_base, block_axes=self.block_axes, start=start,
-                             step=step, dtype=dtype, device=self._device)  # fmt: skip
+                             layout=r.layout, blocks=r.blocks, axes_dim=r.axes_dim,
+                             axes_scale=r.axes_scale, axes_base=r.axes_base,
+                             block_axes=self.block_axes, start=start, step=step, dtype=dtype,
+                             device=self._device)  # fmt: skip
         r, nf = self.rotary, self.rotary.dim // 2
         out = [torch.empty(*shape, r.width, dtype=dtype, device=self._device) for _ in (0, 1)]
         first = 0
@@ -164,8 +168,9 @@ class AxialRotaryEmbedding(_Tracked):
 
     def extra_repr(self) -> str:
         r = self.rotary
-        return (f"{r.dim}, axes_dim={r.axes_dim}, base={r.base:g}, layout={r.layout!r}, "
-                f"block_axes={self.block_axes}")  # fmt: skip
+        halves = f", blocks={r.blocks}" if r.layout == "block-halves" else ""
+        return (f"{r.dim}, axes_dim={r.axes_dim}, base={r.base:g}, layout={r.layout!r}"
+                f"{halves}, block_axes={self.block_axes}")  # fmt: skip
 
 
 def _place(

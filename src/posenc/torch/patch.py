@@ -98,11 +98,15 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
     Every module posenc reproduces is replaced at its own attribute path, so the model's
     forward is unchanged; what replaces it, and its options, come from the original's own
     configuration and state. Recognised: in transformers, the rotary modules
-    ``RotaryEmbedding.from_hf`` reproduces, Whisper's encoder table, Marian's and fairseq's
-    (M2M100, Speech2Text) sinusoidal embeddings, ViT-MAE's fixed 2D table, DETR's sine
-    encoding; in diffusers, ``Timesteps``, ``PatchEmbed``'s fixed 2D sin-cos table (SD3's
-    cropped one included) and FLUX's axial rotary embedding (and its copies). A learned
-    (trainable) table is never replaced: it is reported as left alone.
+    ``RotaryEmbedding.from_hf`` reproduces, the vision towers' rotary modules (Qwen2-VL's
+    form, Pixtral, SAM 2 and 3, DINOv3, Llama 4, Gemma 4), Whisper's encoder table, Marian's
+    and fairseq's (M2M100, Speech2Text) sinusoidal embeddings, ViT-MAE's fixed 2D table, DETR's
+    sine encoding; in diffusers, ``Timesteps``, ``PatchEmbed``'s fixed 2D sin-cos table (SD3's
+    cropped one included) and the rotary modules of its image and video transformers (FLUX
+    and its kind, Wan, HunyuanVideo, Cosmos, Qwen-Image, LTX-Video and LTX-2, CogView4,
+    Kandinsky, Lumina, Z-Image, … : docs/rope-vision.md lists them); in timm, a frozen sin-cos
+    ``pos_embed`` and the rotary modules. A learned (trainable) table is never replaced: it
+    is reported as left alone.
     posenc modules are skipped, so patching twice changes nothing more.
 
     Args:

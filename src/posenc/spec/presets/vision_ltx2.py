@@ -49,18 +49,10 @@ _LTX2_QUIRKS = (
 )
 
 
-def _split(name: str) -> Any:
-    """The ``split`` form: ``blocks`` = LTX-2's 32 heads (another count: ``blocks=``)."""
-
-    def axial(dim: int, base: float) -> dict[str, Any]:
-        if dim % (2 * LTX2_HEADS):
-            raise PosencError(
-                f"`dim` = {dim} does not split into {name}'s {LTX2_HEADS} heads of an even "
-                f"width (dim a multiple of {2 * LTX2_HEADS})"
-            )
-        return {"blocks": LTX2_HEADS}
-
-    return axial
+def _split(dim: int, base: float) -> dict[str, Any]:
+    """The ``split`` form: ``blocks`` = LTX-2's 32 heads, a default under the call's
+    ``blocks`` or ``layout`` (``rotary`` checks the count that stays against ``dim``)."""
+    return {"blocks": LTX2_HEADS}
 
 
 def _ltx2(name: str, axes: int, split: bool, what: str) -> RotaryPreset:
@@ -78,7 +70,7 @@ def _ltx2(name: str, axes: int, split: bool, what: str) -> RotaryPreset:
         4096 if axes == 3 else 2048,
         {"base": 10000.0, "layout": layout, "spacing": "ltx", "ladder_axes": axes},
         _LTX2_QUIRKS,
-        axial=_split(name) if split else None,
+        axial=_split if split else None,
         originals=(),
     )
 
