@@ -97,6 +97,16 @@ def vaswani_exact() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 @pytest.fixture
+def float32_only(monkeypatch):
+    """The float32-only evaluator (MPS, exported graphs: no float64), forced on the CPU for
+    torch inputs: the direct formula, in float32 alone."""
+    from posenc.evaluate.libs.torch import TorchBackend
+
+    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
+    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
+
+
+@pytest.fixture
 def quiet_transformers():
     """transformers, its logging at errors only (its notices about configs would print)."""
     transformers = pytest.importorskip("transformers")

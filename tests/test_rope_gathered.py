@@ -242,14 +242,6 @@ def test_z_image_ids(cap, frames, rows, cols):
 # the float32-only evaluator (MPS, exported graphs)
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 @pytest.mark.parametrize(
     ("preset", "head", "axes", "base", "dims", "in_turn"),
     [

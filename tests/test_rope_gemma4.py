@@ -110,14 +110,6 @@ def test_original_float32_is_further_off_than_exact(quiet_transformers):
     assert np.abs(exact - want).max() < 1e-7
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 @pytest.mark.parametrize("shape", [(96, 105), (3, 3360)])
 def test_float32_only_path(float32_only, shape):
     cos, sin = posenc.rope_grid(shape, 72, preset="gemma4-vision", dtype=torch.float32)

@@ -180,14 +180,6 @@ def test_grid_compat_is_refused_for_id_families():
 # the float32-only evaluator (MPS, exported graphs), forced here on the CPU
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 LARGEST = {  # 4096 x 4096 px FLUX.2 (a reference image too); HiDream at max_resolution 128
     "flux2": flux2_ids(256, 256, 512),
     "flux3": flux2_ids(256, 256, 512),

@@ -106,14 +106,6 @@ def test_exact_is_the_float64_table_rounded_once(family, head, dims, scale):
     assert theirs > 2 * ours  # float32 angles
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 @pytest.mark.parametrize("scale", [SMALL, LARGE])
 def test_float32_only_path(float32_only, scale):
     """Rows 0 … 127 on every axis (the tables' last rows), Kandinsky 6's head of 128."""

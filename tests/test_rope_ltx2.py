@@ -37,14 +37,6 @@ def max_error(got, want) -> float:
     return float(np.abs(got - want).max())
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 # ---------------------------------------------------------------------------------------------
 # float64 references, from the formulas
 

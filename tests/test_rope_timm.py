@@ -237,14 +237,6 @@ def test_compat_output_follows_numpy_and_like():
 # the float32-only evaluator (MPS, exported graphs), forced here on the CPU
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 @pytest.mark.parametrize("family", list(MODELS))
 def test_float32_only_path(float32_only, family):
     dims = MODELS[family][3]

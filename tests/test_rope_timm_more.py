@@ -146,14 +146,6 @@ def test_the_pixel_reference_is_timms_convention():
     assert max_error(sin.double().numpy(), pixel_reference(dims, linear=True)[1]) > 1e-2
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 @pytest.mark.parametrize("linear", [False, True])
 def test_pixel_float32_only_path(float32_only, linear):
     dims = (64, 64)  # 1024 px at patch 16; bands up to pi * 112

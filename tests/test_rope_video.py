@@ -25,14 +25,6 @@ def _exact(got, want):
     np.testing.assert_array_less(np.abs(got - want), 6e-8 * np.abs(want) + 1e-12)
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 SIZES = [  # (patch grid, rope_dim): 2048 x 2048 and 1280 x 768 (32x VAE, patch 1), odd ones
     ((64, 64), (64, 64)),
     ((24, 40), (64, 64)),

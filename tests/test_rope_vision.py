@@ -175,14 +175,6 @@ def test_hunyuan_dit(size, crop):
 # the float32-only evaluator (MPS, exported graphs), forced here on the CPU
 
 
-@pytest.fixture
-def float32_only(monkeypatch):
-    from posenc.evaluate.libs.torch import TorchBackend
-
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
-
-
 @pytest.mark.parametrize(
     ("preset", "dims", "head", "kw", "axes", "base", "positions"),
     [
