@@ -252,7 +252,7 @@ def test_torch_output_follows_dtype_and_like():
         (lambda: posenc.rope_grid((4, 4, 4), 128, preset="wan", start=1, compat="diffusers"),
          "positions 0, 1, 2"),
         (lambda: posenc.rope_grid((1025, 1, 1), 128, preset="wan", compat="diffusers"),
-         "1024 rows"),
+         "rows 0 … 1023"),
         (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), step=1e300), "within +-2^53"),
         (lambda: posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), axes_scale=(1.0,)),
          "`axes_scale` must be a tuple of 2"),

@@ -136,9 +136,7 @@ def _family_positions(
                 f"`compat='diffusers'`: {family}'s tables hold the positions 0, 1, 2, …; "
                 f"start={start:g}, step={step:g} are not its"
             )
-        if family == "wan":
-            if n > 1024:
-                raise PosencError(f"`compat='diffusers'`: wan's tables hold 1024 rows, got {n}")
+        if family == "wan":  # rows 0 … 1023 only: grid.TABLES
             return torch.arange(n, device=device)  # int64: get_1d_rotary_pos_embed(d, 1024)
         return torch.arange(n, device=device, dtype=torch.float32)
     return _crop_linspace(start, step, n, device)
@@ -184,10 +182,6 @@ def _cosmos(
     return torch.cos(angles), torch.sin(angles)
 
 
-QWEN_ROWS = 4096
-"""QwenEmbedRope's tables: positions ``-4096 … 4095``."""
-
-
 def qwen_image_rows(pos: torch.Tensor, dim: int, theta: float) -> torch.Tensor:
     """``QwenEmbedRope.rope_params(index, dim, theta)``: complex64 ``[n, dim / 2]``, the
     integer positions times float32 inverse frequencies, then ``polar``."""
@@ -202,10 +196,10 @@ def _qwen_image(
     dims: Sequence[int], r: Any, starts: Sequence[float], steps: Sequence[float], device: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``QwenEmbedRope``'s video table of one image: per axis the rows of its integer
-    positions (within ``-4096 … 4095``), broadcast, concatenated, as cos and sin."""
+    positions (within ``-4096 … 4095``: grid.TABLES), broadcast, concatenated, as cos and sin."""
     parts = []
     for a, (d, n, s0, st) in enumerate(zip(r.axes_dim, dims, starts, steps, strict=True)):
-        if st != 1.0 or s0 != int(s0) or not -QWEN_ROWS <= s0 <= s0 + n - 1 < QWEN_ROWS:
+        if st != 1.0 or s0 != int(s0):
             raise PosencError(
                 f"`compat='diffusers'`: qwen-image's tables hold the integers -4096 … 4095; "
                 f"axis {a} asks for {s0:g} + i * {st:g}, i < {n}"

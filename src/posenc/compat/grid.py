@@ -41,7 +41,9 @@ def compat_grid(
     the call asks for (``device``, else ``like``'s, else the CPU), cast to its ``dtype``, NumPy
     unless torch is asked for (a torch ``dtype``, ``device`` or ``like``). The default dtype
     is the exact mode's: float32 for NumPy, torch's default dtype for torch (the values are
-    the original's, only held in it)."""
+    the original's, only held in it). A call past the rows of the family's table
+    (:data:`TABLES`) is refused first."""
+    check_rows(call)
     dtype, device, like = call.dtype, call.device, call.like
     out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
     work = torch.device(out_device) if out_device is not None else torch.device("cpu")
@@ -52,6 +54,68 @@ def compat_grid(
     cos, sin = compute(work)
     pair = compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)
     return pair[0], pair[1]
+
+
+@dataclass(frozen=True)
+class Table:
+    """The fixed table of rows a family's original keeps and indexes (where the original raises
+    past its end): per grid axis the rows ``[low, high)`` it holds, and the module that keeps
+    them. ``indexed``: a grid axis reads row ``i`` of the table whatever its positions (Cosmos:
+    frame ``i`` sits at ``i * 24 / fps``); else the row of a position is the position."""
+
+    origin: str
+    rows: tuple[tuple[int, int], ...]
+    indexed: bool = False
+
+
+ONE_D = "Kandinsky6RoPE1D's max_pos = 2048; Kandinsky5RoPE1D's 1024, the same rows"
+
+TABLES: dict[str, tuple[Table, ...]] = {
+    "wan": (Table("WanRotaryPosEmbed's max_seq_len = 1024", ((0, 1024),) * 3),),
+    "lumina2": (Table("Lumina2RotaryPosEmbed's axes_lens = (300, 512, 512)",
+                      ((0, 300), (0, 512), (0, 512))),),
+    "z-image": (Table("RopeEmbedder's axes_lens: Z-Image's (1024, 512, 512), Bria-FIBO2's "
+                      "(2048, 512, 512)", ((0, 2048), (0, 512), (0, 512))),),
+    "kandinsky5": (Table("Kandinsky5RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
+                   Table(ONE_D, ((0, 2048),))),
+    "kandinsky6": (Table("Kandinsky6RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
+                   Table(ONE_D, ((0, 2048),))),
+    "qwen-image": (Table("QwenEmbedRope's pos_freqs and neg_freqs: -4096 … 4095",
+                         ((-4096, 4096),) * 3),),
+    "cosmos": (Table("CosmosRotaryPosEmbed's arange(max(max_size // patch_size)) = 128 rows",
+                     ((0, 128),) * 3, indexed=True),),
+}  # fmt: skip
+"""The families whose originals keep a fixed table of rows (diffusers 0.42's defaults, the
+checkpoints' own), one per form (Kandinsky's 3-D visual and 1-D text tables); every other
+replay computes its positions (no limit). The exact mode (no ``compat``) takes any position."""
+
+
+def check_rows(call: GridCall) -> None:
+    """Refuse a call whose grid reads rows outside its family's :data:`TABLES` entry: the
+    original raises there (an ``IndexError``, or a shape error from a short slice; Qwen-Image's
+    frames past 4095: a table of another width), so no replay of its numbers exists. A
+    :class:`~posenc.errors.PosencError` naming ``shape``, ``start`` and ``step``, the axis, the
+    table's rows and the rows asked for. The family's table of as many axes as the grid, else
+    its first (a module of fewer blocks zips them with its first lengths)."""
+    tables = TABLES.get(call.family, ())
+    if not tables:
+        return
+    table = next((t for t in tables if len(t.rows) == len(call.dims)), tables[0])
+    for a, ((low, high), n) in enumerate(zip(table.rows, call.dims, strict=False)):
+        if table.indexed:
+            first, last = 0.0, float(n - 1)
+        else:
+            ends = (call.starts[a], call.starts[a] + call.steps[a] * (n - 1))
+            first, last = min(ends), max(ends)
+        if first < low or last >= high:
+            raise PosencError(
+                f"`shape`, `start`, `step`: compat={call.compat!r} repeats {call.family}'s "
+                f"table of rows {low} … {high - 1} on axis {a} ({table.origin}); this grid "
+                f"reads rows {first:g} … {last:g} there (shape[{a}] = {n}, start "
+                f"{call.starts[a]:g}, step {call.steps[a]:g}), which the original does not hold "
+                "(it raises, or returns a malformed table): the exact mode (no compat) takes any "
+                "position"
+            )
 
 
 FORM = ("layout", "blocks", "axes_dim", "axes_scale", "axes_base", "spacing", "interleave_axes",
