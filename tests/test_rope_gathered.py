@@ -284,7 +284,7 @@ def test_lumina_next_width():
         ("z-image", (2, 4, 4), {"step": 2}, "integer rows"),
         ("lumina-next", (4, 4), {"start": (1, 0)}, "integer rows"),
         ("lumina-next", (4, 4), {"axes_scale": (1.0, 0.5)}, "scales both axes alike"),
-        ("z-image", (2, 4, 4), {"axes_scale": (1.0, 2.0, 1.0)}, "drop them"),
+        ("z-image", (2, 4, 4), {"axes_scale": (1.0, 2.0, 1.0)}, "drop `axes_scale`"),
         ("lumina2", (2, 4, 4), {"block_axes": (0, 2, 1)}, "block_axes"),
         ("lumina2", (2, 4, 4), {"crop": ((0, 0), (4, 4))}, "no crop"),
         ("z-image", (2, 4, 4), {"compat": "diffusers-mps"}, "compat"),

@@ -253,20 +253,22 @@ def _finding(f: VisionFamily, cfg: dict[str, Any], component: str) -> Finding:
     dim, kw = f.dim(cfg), f.keywords(cfg)
     shape = " x ".join(str(n) for n in f.grid)
 
-    def errors(compat: str) -> float:  # the replay's float32 tables, as NumPy arrays
-        exact = rope_grid(f.grid, dim, preset=f.preset, dtype=np.float64, **kw)
-        theirs = rope_grid(f.grid, dim, preset=f.preset, compat=compat, **kw)
-        return max(fig._err(t, e) for t, e in zip(theirs, exact, strict=True))
-
     def measure() -> tuple[float | None, float | None, str | None]:
+        exact = rope_grid(f.grid, dim, preset=f.preset, dtype=np.float64, **kw)
+
+        def error(tables: Any) -> float:
+            return max(fig._err(t, e) for t, e in zip(tables, exact, strict=True))
+
+        def replayed(compat: str) -> float:  # the replay's float32 tables, as NumPy arrays
+            return error(rope_grid(f.grid, dim, preset=f.preset, compat=compat, **kw))
+
         bf16 = None
         if f.buffers:  # what model.to(torch.bfloat16) leaves in the module's buffers
-            exact = rope_grid(f.grid, dim, preset=f.preset, dtype=np.float64, **kw)
             rounded = rope_grid(f.grid, dim, preset=f.preset, dtype=np.float32, **kw)
-            bf16 = max(fig._err(fig.bf16(r), e) for r, e in zip(rounded, exact, strict=True))
-        notes = [f"{where}: {errors(mode):.3g}" for mode, where in f.also]
+            bf16 = error([fig.bf16(r) for r in rounded])
+        notes = [f"{where}: {replayed(mode):.3g}" for mode, where in f.also]
         note = None if not notes else "float32 error " + "; ".join(notes)
-        return errors(f.compat), bf16, note
+        return replayed(f.compat), bf16, note
 
     shown = {k: v for k, v in kw.items() if k != "axes_base"}
     largest = max(f.grid) - 1 if f.largest is None else f.largest

@@ -133,12 +133,7 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     r = call.r
     if call.cropped:
         raise PosencError(f"`crop`: compat='diffusers' takes {call.family}'s integer rows, no crop")
-    if call.family != "lumina-next" and (r.axes_scale or r.axes_base):
-        raise PosencError(
-            f"`axes_scale`, `axes_base`: compat='diffusers' repeats {call.family}'s own tables "
-            "(one base, no factors): drop them"
-        )
-    check_form(call, FREE[call.family])  # the rest of the form: the family's own
+    check_form(call, FREE[call.family])  # the form: the family's own, but for FREE
     first = _check(call.family, call.starts, call.steps)
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

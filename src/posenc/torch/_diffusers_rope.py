@@ -134,16 +134,27 @@ class QwenImageRope(nn.Module):
         """The tables of the images of ``video_fhw`` and of ``max_txt_seq_len`` text tokens."""
         if max_txt_seq_len is None:
             raise PosencError("`max_txt_seq_len` must be given (QwenEmbedRope's rule)")
+        device = torch.device("cpu") if device is None else device
+        shapes = self.shapes(video_fhw)
+        images = [self._image(shape, idx, device) for idx, shape in enumerate(shapes)]
+        largest = max(side for _, side in images)
+        table = torch.cat([t for t, _ in images], dim=0)
+        return table, self._text(largest, int(max_txt_seq_len), device)
+
+    @staticmethod
+    def shapes(video_fhw: Any) -> list[Any]:
+        """The ``(F, H, W)`` of each image of ``video_fhw`` (the first batch item's list)."""
         if isinstance(video_fhw, list):
             video_fhw = video_fhw[0]
-        shapes = video_fhw if isinstance(video_fhw, list) else [video_fhw]
-        device = torch.device("cpu") if device is None else device
-        tables, largest = [], 0
-        for idx, (f, h, w) in enumerate(shapes):
-            start = (idx, -(h - h // 2), -(w - w // 2)) if self.scale_rope else (idx, 0, 0)
-            tables.append(self._table((f, h, w), tuple(float(v) for v in start), device))
-            largest = max(largest, *((h // 2, w // 2) if self.scale_rope else (h, w)))
-        return torch.cat(tables, dim=0), self._text(largest, int(max_txt_seq_len), device)
+        return video_fhw if isinstance(video_fhw, list) else [video_fhw]
+
+    def _image(self, fhw: Any, frame: int, device: Any) -> tuple[Tensor, int]:
+        """One image's table, its frames from ``frame``, and its half-side (its side without
+        ``scale_rope``): what the text positions start after."""
+        f, h, w = fhw
+        start = (frame, -(h - h // 2), -(w - w // 2)) if self.scale_rope else (frame, 0, 0)
+        side = max(h // 2, w // 2) if self.scale_rope else max(h, w)
+        return self._table((f, h, w), tuple(float(v) for v in start), device), side
 
     def _text(self, first: int, n: int, device: Any) -> Tensor:
         """The text tokens' table: positions ``first + j`` on every axis."""

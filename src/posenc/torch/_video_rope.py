@@ -228,20 +228,14 @@ class QwenVariantRope(QwenImageRope):
         n_text, device = given.get("max_txt_seq_len"), given.get("device")
         if n_text is None:
             raise PosencError("`max_txt_seq_len` must be given (the original's rule)")
-        if isinstance(video_fhw, list):
-            video_fhw = video_fhw[0]
-        shapes = video_fhw if isinstance(video_fhw, list) else [video_fhw]
         device = torch.device("cpu") if device is None else device
-        tables, largest, last = [], 0, len(shapes) - 1
-        for idx, (f, h, w) in enumerate(shapes):
-            t = -1 if self.variant == "layered" and idx == last else idx
-            start = (t, -(h - h // 2), -(w - w // 2)) if self.scale_rope else (t, 0, 0)
-            tables.append(self._table((f, h, w), tuple(float(v) for v in start), device))
-            side = max(h // 2, w // 2) if self.scale_rope else max(h, w)
-            largest = side if self.variant == "nucleus" else max(largest, side)
-        if self.variant == "layered":
-            largest = max(largest, last)
-        return torch.cat(tables, dim=0), self._text(largest, int(n_text), device)
+        shapes = self.shapes(video_fhw)
+        last = len(shapes) - 1
+        images = [self._image(shape, -1 if self.variant == "layered" and idx == last else idx,
+                              device) for idx, shape in enumerate(shapes)]  # fmt: skip
+        sides = [side for _, side in images]
+        largest = sides[-1] if self.variant == "nucleus" else max(*sides, last)
+        return torch.cat([t for t, _ in images], dim=0), self._text(largest, int(n_text), device)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, variant={self.variant!r}"
