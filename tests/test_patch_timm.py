@@ -127,7 +127,7 @@ def test_fixed_tables(kind, options):
 
     exact.load_state_dict(model.state_dict(), strict=True)  # the original checkpoint
     assert not patch(exact)  # patched: nothing left to do
-    assert not patch(compat)
+    assert not patch(compat, compat="original")
 
 
 def test_bigger_images_through_dynamic_img_size():

@@ -332,6 +332,15 @@ ERRORS = [
         ("`seq_len`", "0"),
     ),
     ({"compat": "vllm"}, ("`compat`", "'vllm'")),
+    (
+        {"compat": "timm"},
+        (
+            "`compat` of posenc.rope",
+            "got 'timm'",
+            "rope_grid(shape, dim, preset=..., compat='timm')",
+            "posenc.torch.patch(model, compat='original')",
+        ),
+    ),
 ]
 
 
@@ -340,6 +349,17 @@ def test_bad_arguments_name_themselves(kwargs, fragments):
     kwargs = {"dim": 64, **kwargs}
     with raises(*fragments):
         posenc.rope(np.arange(4), **kwargs)
+
+
+def test_compat_of_a_grid_family_says_where_its_tables_are():
+    """diffusers' and timm's modes are rope_grid's (grids) and patch's (ids): the refusal
+    names both, with the family."""
+    ids = np.zeros((4, 3), dtype=int)
+    with raises("`compat` of posenc.rope must be 'transformers'", "got 'diffusers'",
+                "posenc.rope_grid(shape, dim, preset='lumina2', compat='diffusers')",
+                "Qwen-Image's text rows, CogView4's canvas rows",
+                "posenc.torch.patch(model, compat='original')"):  # fmt: skip
+        posenc.rope(ids, 96, preset="lumina2", compat="diffusers")
 
 
 @pytest.mark.parametrize("bad", [np.array([0.0, np.nan]), np.array([1.0, np.inf]), [1, "a"]])

@@ -652,3 +652,73 @@ def test_a_preset_default_gives_way_to_the_calls_keywords():
         assert all(np.array_equal(a, b) for a, b in zip(split, whole, strict=True))
     with pytest.raises(PosencError, match=r"`blocks` = 32 must cut `dim` = 96"):
         posenc.rope(ids, 96, preset="ltx2-video-split")
+
+
+# ---------------------------------------------------------------------------------------------
+# what compat= returns, and what it reaches (docs/rope-vision.md, "What compat= reaches")
+
+
+def test_compat_returns_numpy_unless_torch_is_asked_for():
+    """The replay computes with torch, but returns NumPy (float32) unless a torch dtype, a
+    device or a torch ``like`` is given; ``like`` gives the library and device, not the
+    dtype; a NumPy dtype holds the original's float32 values, widened."""
+    grid = {"shape": (2, 3, 4), "dim": 128, "preset": "hunyuan-video", "compat": "diffusers"}
+    plain, _ = posenc.rope_grid(**grid)
+    assert isinstance(plain, np.ndarray)
+    assert plain.dtype == np.float32
+    asked = [{"dtype": torch.float32}, {"device": "cpu"},
+             {"like": torch.zeros(1, dtype=torch.float16)}]  # fmt: skip
+    for kw in asked:
+        out, _ = posenc.rope_grid(**grid, **kw)
+        assert isinstance(out, torch.Tensor), kw
+        assert out.dtype == torch.float32, kw  # torch's default dtype, not like's
+        assert out.device.type == "cpu"
+        assert np.array_equal(out.numpy(), plain)
+    numpy_like, _ = posenc.rope_grid(**grid, like=np.zeros(1, dtype=np.float64))
+    assert isinstance(numpy_like, np.ndarray)
+    assert numpy_like.dtype == np.float32
+    wide, _ = posenc.rope_grid(**grid, dtype=np.float64)
+    assert isinstance(wide, np.ndarray)
+    assert wide.dtype == np.float64
+    assert np.array_equal(wide, plain.astype(np.float64))
+    with pytest.raises(PosencError, match="bfloat16"):
+        posenc.rope_grid(**grid, dtype="bfloat16")
+
+
+@pytest.mark.parametrize(("cap", "image", "pad"), [(64, (1, 6, 8), 16), (32, (2, 3, 5), 2)])
+def test_z_image_caption_image_and_padding_as_grids(cap, image, pad):
+    """Z-Image's ids, cut into grids: the caption (1 … Lc, 0, 0) is the grid (Lc, 1, 1) at
+    start (1, 0, 0), the image starts at (Lc + 1, 0, 0), the padding (0, 0, 0) is the grid
+    (1, 1, 1): each bit for bit the module's rows."""
+    from diffusers.models.transformers import transformer_z_image
+
+    own = transformer_z_image.RopeEmbedder(256.0, (32, 48, 48), (1024, 512, 512))
+    grid = transformer_z_image.ZImageTransformer2DModel.create_coordinate_grid
+    ids = torch.cat([grid((cap, 1, 1), (1, 0, 0)).flatten(0, 2),
+                     grid(image, (cap + 1, 0, 0)).flatten(0, 2),
+                     torch.zeros(pad, 3, dtype=torch.int32)])  # fmt: skip
+    want = own(ids)
+    parts = [((cap, 1, 1), (1, 0, 0)), (image, (cap + 1, 0, 0)), ((1, 1, 1), (0, 0, 0))]
+    got = []
+    for shape, start in parts:
+        cos, sin = posenc.rope_grid(shape, 128, preset="z-image", start=start, layout="compact",
+                                    compat="diffusers", dtype=torch.float32)  # fmt: skip
+        got.append(torch.complex(cos, sin))
+    got[-1] = got[-1].expand(pad, -1)
+    assert torch.equal(torch.cat(got), want)
+
+
+def test_qwen_image_text_rows_are_a_diagonal():
+    """Qwen-Image's text token k sits at m + k on all three axes (m: the largest half side of
+    the images), a diagonal that no grid holds: posenc.rope of those ids gives the rows
+    exactly; diffusers' are float32 angles (patch's stand-in repeats them)."""
+    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+    module = QwenEmbedRope(10000, [16, 56, 56], scale_rope=True)
+    _, text = module([(1, 12, 20)], device=torch.device("cpu"), max_txt_seq_len=7)
+    ids = np.repeat(10 + np.arange(7)[:, None], 3, axis=1)  # m = max(12 // 2, 20 // 2)
+    cos, sin = posenc.rope(ids, 128, preset="qwen-image", layout="compact")
+    ref = axial_rope((7,), (16, 56, 56), 1e4, (0, 0, 0), [10 + np.arange(7)])
+    for got, want in zip((cos, sin), ref, strict=True):
+        assert_exact(got, want[:, ::2])
+    assert np.abs(text.real.double().numpy() - cos).max() < 1e-6  # float32 angles

@@ -14,6 +14,7 @@ from posenc._types import ArrayLike, Floats, NumpyDType
 from posenc.errors import PosencError, check_choice
 from posenc.evaluate.libs import as_positions
 from posenc.evaluate.positions import Positions
+from posenc.spec.presets import ROTARY_PRESETS
 from posenc.spec.rotary import Rotary, rotary
 
 if TYPE_CHECKING:
@@ -156,9 +157,12 @@ def rope(
         axes_base: with ``axes_dim``, each block's own base in place of ``base``.
         blocks: with ``layout="block-halves"``, how many equal blocks (default: the preset's,
             else 1, plain halves).
-        compat: ``"transformers"``: transformers' own float32 arithmetic, bit for bit on CPU
-            torch (so a model switches to posenc without changing one logit). Default: exact
-            (float64 angles, one rounding to ``dtype``).
+        compat: ``"transformers"``: transformers' own float32 arithmetic of 1-D and
+            multimodal-section RoPE, bit for bit on CPU torch (so a model switches to posenc
+            without changing one logit); the only mode here. diffusers' and timm's tables
+            (``"diffusers"``, ``"timm"``) are :func:`posenc.rope_grid`'s ``compat=`` for grid
+            families, and :func:`posenc.torch.patch` (``compat="original"``) for positions no
+            grid holds. Default: exact (float64 angles, one rounding to ``dtype``).
         preset: a model family's keywords (``posenc.presets("rotary")``: ``llama``,
             ``llama3``, ``neox``, ``gptj``, ``qwen2-vl``, ``flux``, ``deepseek-v3``, …); the
             keywords given beside it replace the preset's.
@@ -187,7 +191,7 @@ def rope(
         axes_base=axes_base,
         blocks=blocks,
     )
-    compat = None if compat is None else check_choice("compat", compat, ("transformers",))
+    compat = None if compat is None else _check_compat(compat, preset)
     pos = as_positions(positions)
     pos = evaluate.rotary_axes_last(r, pos)
     length = evaluate.rotary_seq_len(r, pos, seq_len)
@@ -203,6 +207,24 @@ def rope_label(r: Rotary) -> str:
     """How errors name a rotary table of the functions."""
     kind = r.scaling.rope_type
     return f"'rope' ({kind}, dim={r.dim}, base={r.base:g})"
+
+
+def _check_compat(compat: Any, preset: str | None) -> str:
+    """``compat``, which must be ``"transformers"``; a grid family's mode (``"diffusers"``,
+    ``"timm"``, …: the presets' ``originals``) is refused with where its tables are."""
+    grid_modes = {m for p in ROTARY_PRESETS.values() for m in p.originals} - {"transformers"}
+    if isinstance(compat, str) and compat in grid_modes:
+        family = repr(preset) if isinstance(preset, str) else "..."
+        raise PosencError(
+            f"`compat` of posenc.rope must be 'transformers' (transformers' float32 arithmetic "
+            f"of 1-D and multimodal RoPE), got {compat!r}: posenc.rope does not replay "
+            f"diffusers' or timm's tables. A grid family's are "
+            f"posenc.rope_grid(shape, dim, preset={family}, compat={compat!r}) "
+            f"(posenc.preset(name).originals lists its modes); positions no grid holds (ids: "
+            f"Qwen-Image's text rows, CogView4's canvas rows, frame ids) are replayed by "
+            f"posenc.torch.patch(model, compat='original')"
+        )
+    return check_choice("compat", compat, ("transformers",))
 
 
 def _compat(r: Rotary, pos: Positions, length: int | None, dtype: Any) -> tuple[Any, Any]:

@@ -12,7 +12,12 @@ torch (checked against timm itself in the tests). MoCo v3's ``build_2d_sincos_po
 
 The rotary tables (``timm/layers/pos_embed_sincos.py``) are float32 throughout too:
 ``RotaryEmbeddingCat``'s bands ``freq_bands(dim // 4, temperature, step=1)``, its ``'index'``
-grid ``(arange(n) + grid_offset) / feat * ref`` (EVA-02, RoPE-ViT, Perception Encoder); with
+grid ``(arange(n) + grid_offset) / feat * ref`` (EVA-02, Perception Encoder: a
+``ref_feat_shape``), or ``arange(n) + grid_offset`` without one (RoPE-ViT, and an EVA built
+without ``ref_feat_shape``, timm ``Eva``'s default: preset ``vit-rope`` with ``base=10000,
+block_axes=(0, 1)``; ``eva02`` always divides by ``feat`` and multiplies by ``ref``, which at
+``ref = feat`` is not the plain integers in float32: 4 % of the cos entries of a 13 x 21 grid
+differ, by up to 9.5e-7); with
 ``in_pixels=True`` (and ``RotaryEmbedding``'s defaults) the pixel bands ``pixel_freq_bands(dim
 // 4, max_res, linear_bands)`` (posenc's ``base`` is ``max_res``: presets ``timm-pixel``,
 ``timm-pixel-linear``) over the ``'pixel'`` grid ``linspace(-1, 1, n)``;
@@ -83,7 +88,8 @@ ROTARY_FAMILIES = {
     "timm-pixel-linear": PIXEL,
 }
 """Each preset's timm module: ``RotaryEmbeddingCat`` with a ``ref_feat_shape`` (positions
-``(i + offset) / feat * ref``), without one (``i + offset``), with pixel bands
+``(i + offset) / feat * ref``), without one (``i + offset``: ``vit-rope``, at any ``base`` and
+``block_axes``, so also an EVA built without ``ref_feat_shape``), with pixel bands
 (``in_pixels=True``: positions ``linspace(-1, 1, n)``), or ``RotaryEmbeddingDinoV3``."""
 
 
@@ -314,7 +320,8 @@ def mrope_tables(
 def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     """``posenc.rope_grid(..., preset=family, compat="timm")``: the tables of timm's
     ``RotaryEmbeddingCat`` (``eva02``, ``perception-encoder``: ``ref_feat_shape``;
-    ``vit-rope``: none; ``timm-pixel``, ``timm-pixel-linear``: ``in_pixels=True``) and
+    ``vit-rope``: none, an EVA without one too, with ``base=10000, block_axes=(0, 1)``;
+    ``timm-pixel``, ``timm-pixel-linear``: ``in_pixels=True``) and
     ``RotaryEmbeddingDinoV3`` (``dinov3``), ``Gemma4RotaryEmbedding2D`` (``gemma4-vision``:
     :mod:`posenc.compat.gemma4`), their float32
     operations in timm's order, bit for bit on CPU torch. ``block_axes`` ``(0, 1)`` is timm's

@@ -26,7 +26,7 @@ from __future__ import annotations
 from posenc.torch._positions import packed_positions
 from posenc.torch.axial import AxialRotaryEmbedding
 from posenc.torch.diffusion import Timesteps
-from posenc.torch.patch import PatchReport, patch
+from posenc.torch.patch import PatchReport, patch, unpatch
 from posenc.torch.rotary import RotaryEmbedding
 from posenc.torch.sequence import PositionalEncoding, SinusoidalEmbedding, encode
 from posenc.torch.vision import DetrSineEncoding, GridEncoding
@@ -43,4 +43,5 @@ __all__ = [
     "encode",
     "packed_positions",
     "patch",
+    "unpatch",
 ]

@@ -4,7 +4,8 @@ Each recogniser knows one kind of diffusers module by its class name and module 
 (diffusers is never imported here): ``Timesteps`` (the timestep embedding of UNets, DiT,
 PixArt, SD3, FLUX), ``PatchEmbed``'s fixed 2D sin-cos table (DiT, PixArt, SD3's cropped one)
 and FLUX's axial rotary ``FluxPosEmbed`` (and its copies). The stand-ins take the original's
-call, attributes and submodules, save nothing, and route the original's checkpoint key (SD3's
+call, attributes and submodules, hold no table tensor (the original's keys are written from
+them on save), and route the original's checkpoint key (SD3's
 ``pos_embed.pos_embed``) to posenc's checkpoint check. ``compat="original"`` replays
 diffusers' own arithmetic (:mod:`posenc.compat.diffusers`, :mod:`posenc.compat.sinusoid`).
 """

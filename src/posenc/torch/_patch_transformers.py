@@ -4,7 +4,8 @@ Each recogniser knows one kind of transformers module by its class name and modu
 (transformers is never imported here): the rotary modules ``RotaryEmbedding.from_hf``
 reproduces, Whisper's encoder table, Marian's and fairseq's (M2M100, Speech2Text) sinusoidal
 embeddings, ViT-MAE's fixed 2D table and DETR's sine encoding. The stand-ins take the
-original's call and attributes (``weight``, ``num_embeddings``, ``weights``) and save nothing;
+original's call and attributes (``weight``, ``num_embeddings``, ``weights``), hold no tensor
+(:mod:`posenc.torch._placing` writes the original's keys from them on save);
 the original's checkpoint key routes to posenc's checkpoint check.
 """
 
@@ -15,13 +16,14 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from posenc import evaluate
 from posenc.api.sinusoidal import encode, table
+from posenc.compat import transformers as _rope_compat
 from posenc.compat.sinusoid import ORIGINALS
 from posenc.errors import PosencError
 from posenc.torch._checkpoint import _problem, check_saved_table
@@ -68,12 +70,25 @@ def rotary(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         probe = RotaryEmbedding.from_hf(config)
     except PosencError as err:
         return left_alone(name, f"not covered yet: {err}")
+    edited, grown = _state(module, probe)
+    if edited:
+        return left_alone(name, f"{edited}: changed after it was built? posenc builds from the "
+                          "config, so it is left alone")  # fmt: skip
     device, dtype = device_of(module), float_dtype(module)
     length = getattr(config, "max_position_embeddings", None) or 4096
     layer_types = list(probe.layer_types or [None])  # per-layer-type families: each one
     sections = any(r.sections is not None for r in probe.rotaries.values())
 
-    def build(compat: str | None) -> nn.Module:
+    state = ""
+    if grown:
+        lengths = ", ".join(str(n) for n in grown.values())
+        trained = getattr(module, "original_max_seq_len", "?")
+        state = (f"its dynamic rule had grown inv_freq to {lengths} positions (it ran past "
+                 f"max_position_embeddings={trained})")  # fmt: skip
+
+    def build(compat: str | None) -> nn.Module | str:
+        if compat is not None and grown:
+            return f"{state}; compat={compat!r} repeats the module its config builds, not this"
         out = RotaryEmbedding.from_hf(config, None if compat is None else "transformers",
                                       device=device)  # fmt: skip
         return out if dtype in (None, torch.float32) else out.to(dtype)
@@ -92,14 +107,63 @@ def rotary(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     model_type = getattr(config, "model_type", "?")
     rules = "/".join(sorted({r.scaling.rope_type for r in probe.rotaries.values()}))
+    note = f"max diff over {measured_over}"
+    if grown:
+        note = (f"{state}; {note}, from the state its config gives; the exact module computes "
+                "each call's frequencies from that call's length")  # fmt: skip
     return Found(
         name,
         f"RotaryEmbedding.from_hf({model_type!r}): {rules}",
         build,
-        numbers=lambda: run(copy.deepcopy(module)),  # a copy: the dynamic rule remembers
+        numbers=lambda: run(_as_built(module, grown)),  # a copy: the dynamic rule remembers
         probe=run,
-        note=f"max diff over {measured_over}",
+        note=note,
     )
+
+
+def _prefix(layer_type: str | None) -> str:
+    return "" if layer_type is None else f"{layer_type}_"
+
+
+def _state(module: Any, probe: Any) -> tuple[str, dict[str | None, int]]:
+    """What a transformers rotary module holds beyond what its config gives: ``(edited,
+    grown)``, a description of frequencies that are not its config's (empty: none), and the
+    lengths the ``dynamic`` rule grew its ``inv_freq`` to, by layer type. Its config's are
+    transformers' own float32 arithmetic (:func:`posenc.compat.transformers.inv_freq`),
+    compared after the 16-bit casts a move may have made (within 2^-8, relative)."""
+    grown: dict[str | None, int] = {}
+    original = getattr(module, "original_max_seq_len", None)
+    for layer_type, tables in probe._tables.items():
+        prefix, r = _prefix(layer_type), tables.rotary
+        cached: Any = getattr(module, f"{prefix}max_seq_len_cached", 0)  # an int or a tensor
+        if r.scaling.rule.remembers_length and original and int(cached) > original:
+            grown[layer_type] = int(cached)
+        held = getattr(module, f"{prefix}original_inv_freq", None)
+        if not (grown.get(layer_type) or r.scaling.rule.switches_tables):  # the buffer read
+            held = getattr(module, f"{prefix}inv_freq", held)
+        if not isinstance(held, Tensor) or held.is_meta or held.is_complex():
+            continue
+        want, _ = _rope_compat.inv_freq(r, None, "cpu")
+        if held.shape != want.shape:
+            continue
+        rel = ((held.detach().cpu().double() - want.double()) / want.double()).abs()
+        if float(rel.max()) > 2.0**-8:
+            i = int(rel.argmax())
+            return (f"its {prefix}inv_freq is not what its config gives: channel {i} holds "
+                    f"{float(held.reshape(-1)[i]):.6g}, the config {float(want[i]):.6g}",
+                    grown)  # fmt: skip
+    return "", grown
+
+
+def _as_built(module: nn.Module, grown: dict[str | None, int]) -> nn.Module:
+    """A copy of ``module`` with its grown ``dynamic`` frequencies back to its config's."""
+    out: Any = copy.deepcopy(module)
+    for layer_type in grown:
+        prefix = _prefix(layer_type)
+        out.register_buffer(f"{prefix}inv_freq", getattr(out, f"{prefix}original_inv_freq"),
+                            persistent=False)  # fmt: skip
+        setattr(out, f"{prefix}max_seq_len_cached", out.original_max_seq_len)
+    return cast(nn.Module, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,9 +277,12 @@ class TokenPositions(FairseqPositions):
 def _table(name: str, saved: Tensor, make: Callable[[str | None], nn.Module], what: str,
            probe: Callable[[Any], Tensor], attribute: str | None = None) -> Found:  # fmt: skip
     """A fixed table ``saved`` that ``make``'s module computes: replaced when it holds that
-    sinusoid (the checkpoint check's rule) and is not trainable."""
+    sinusoid (the checkpoint check's rule) and is not trainable. On the meta device (a model
+    built before its weights are loaded) the architecture says what it holds, and the
+    checkpoint check, when the weights arrive, whether it does."""
     exact = make(None)
-    problem = _problem(exact, saved.detach().reshape(-1, saved.shape[-1]))
+    values = saved.detach().reshape(-1, saved.shape[-1])
+    problem = None if saved.is_meta else _problem(exact, values)
     if saved.requires_grad:
         holds = f"holds the {what}" if problem is None else "not a sinusoid posenc knows"
         return left_alone(name, f"learned (a trainable table; {holds}), left alone", attribute)

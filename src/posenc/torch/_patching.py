@@ -20,7 +20,6 @@ import torch
 from torch import Tensor, nn
 
 from posenc.torch._base import _Tracked
-from posenc.torch._checkpoint import check_saved_table
 
 EXACT, COMPAT = "exact", "compat"
 LEARNED = "learned, left alone"
@@ -92,11 +91,14 @@ def left_alone(original: str, note: str, attribute: str | None = None) -> Found:
     return Found(original, note=note, attribute=attribute)
 
 
-def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool]:
+def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool] | None:
     """The largest difference of two runs chunk for chunk (in float64), and whether they were
-    equal bit for bit (same dtypes and values)."""
+    equal bit for bit (same dtypes and values); None when either holds meta tensors (a model
+    built on the meta device: there are no values to compare)."""
     largest, equal = 0.0, True
     for a, b in zip(original, other, strict=True):
+        if a.is_meta or b.is_meta:
+            return None
         equal = equal and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
         if a.numel():
             diff = float((a.detach().double() - b.detach().double().to(a.device)).abs().max())
@@ -152,10 +154,12 @@ def device_of(module: nn.Module) -> torch.device:
 class TableParameter(_Tracked):
     """Stands in for a table a model kept in an ``nn.Parameter`` (``[1, rows, d]``, ViT-MAE's
     ``position_embeddings``): reads as that tensor does (slicing, ``shape``, arithmetic, torch
-    functions), holds the exact table in the module's dtype and device, saves nothing.
+    functions), holds the exact table in the module's dtype and device, and has no key of its
+    own: its parent's key is written from it on save (:mod:`posenc.torch._placing`).
 
     ``table`` is built by ``make(dtype, device)``; its parent module routes the checkpoint key
-    of the parameter it replaced to this module's check (:func:`route_key`).
+    of the parameter it replaced to this module's check
+    (:func:`posenc.torch._placing.route_key`).
     """
 
     def __init__(
@@ -234,13 +238,3 @@ class TableParameter(_Tracked):
 
     def extra_repr(self) -> str:
         return self.description
-
-
-def route_key(parent: nn.Module, name: str, child: nn.Module) -> None:
-    """Route the checkpoint key ``<parent>.<name>`` (a parameter ``child`` replaced) to
-    ``child``'s checkpoint check: the same table loads quietly, another one is an error."""
-
-    def hook(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
-        check_saved_table(child, state, prefix + name)
-
-    parent._register_load_state_dict_pre_hook(hook, with_module=True)  # type: ignore[no-untyped-call]

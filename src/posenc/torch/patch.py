@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from torch import nn
@@ -25,8 +26,8 @@ from posenc.torch._patching import (
     Replacement,
     compare,
     is_posenc,
-    route_key,
 )
+from posenc.torch._placing import placed, put, take_back, unwritable
 
 RECOGNISERS: tuple[Recogniser, ...] = (  # the first answer wins
     *_patch_timm.RECOGNISERS,
@@ -36,6 +37,11 @@ RECOGNISERS: tuple[Recogniser, ...] = (  # the first answer wins
     *_patch_transformers.RECOGNISERS,
 )
 COLUMNS = ("path", "original", "replacement", "mode", "max diff")
+ORIGINAL = "original"  # unpatch's mode: the original is back
+NOT_MEASURED = (
+    "not measured: the model is on the meta device (no values); a checkpoint loaded into it "
+    "is checked as it loads"
+)
 
 
 class PatchReport(list[Replacement]):
@@ -47,6 +53,8 @@ class PatchReport(list[Replacement]):
     Attributes:
         compat: the mode asked for (None: exact; ``"original"``).
         dry_run: nothing was changed.
+        action: ``"patch"``, or ``"unpatch"`` for :func:`unpatch`'s report (its rows' mode
+            ``"original"``: the original is back).
 
     Examples:
         >>> config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
@@ -58,15 +66,22 @@ class PatchReport(list[Replacement]):
     """
 
     def __init__(
-        self, rows: Iterable[Replacement] = (), *, compat: str | None = None, dry_run: bool = False
+        self,
+        rows: Iterable[Replacement] = (),
+        *,
+        compat: str | None = None,
+        dry_run: bool = False,
+        action: str = "patch",
     ) -> None:
         super().__init__(rows)
         self.compat = compat
         self.dry_run = dry_run
+        self.action = action
 
     @property
     def replaced(self) -> list[Replacement]:
-        """The rows of modules replaced (or, with ``dry_run``, that would be)."""
+        """The rows of modules replaced (or, with ``dry_run``, that would be; for
+        :func:`unpatch`, put back)."""
         return [r for r in self if r.replaced]
 
     @property
@@ -76,8 +91,9 @@ class PatchReport(list[Replacement]):
 
     def __str__(self) -> str:
         if not self:
-            return "posenc.torch.patch: no positional module found"
-        rows = [COLUMNS, *(_cells(r) for r in self)]
+            found = "positional module found" if self.action == "patch" else "module patched"
+            return f"posenc.torch.{self.action}: no {found}"
+        rows = [COLUMNS, *(_cells(r, self.action) for r in self)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
                  for row in rows]  # fmt: skip
@@ -87,9 +103,10 @@ class PatchReport(list[Replacement]):
         return "\n".join(([head] if head else []) + lines + (["", *notes] if notes else []))
 
 
-def _cells(r: Replacement) -> tuple[str, ...]:
+def _cells(r: Replacement, action: str) -> tuple[str, ...]:
     diff = "" if r.max_diff is None else f"{r.max_diff:.2g}"
-    return (r.path or "(root)", r.original, r.replacement or "-", r.mode or "left alone", diff)
+    alone = "left alone" if action == "patch" else "kept"
+    return (r.path or "(root)", r.original, r.replacement or "-", r.mode or alone, diff)
 
 
 def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False) -> PatchReport:
@@ -132,13 +149,13 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
         >>> report = patch(model, compat="original")
         >>> torch.equal(model(ids).logits, before)
         True
-        >>> type(model.model.rotary_emb).__name__, len(patch(model))   # patched: no-op
+        >>> type(model.model.rotary_emb).__name__, len(patch(model, compat="original"))  # no-op
         ('HFRotaryEmbedding', 0)
     """
-    if not isinstance(model, nn.Module):
-        raise PosencError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
+    _check_model(model)
     compat = None if compat is None else check_choice("compat", compat, ("original",))
     dry_run = check_bool("dry_run", dry_run)
+    mode = EXACT if compat is None else COMPAT
     report = PatchReport(compat=compat, dry_run=dry_run)
     done: list[str] = []  # paths whose insides are not walked
     for path, module in list(model.named_modules()):
@@ -146,6 +163,9 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
             continue
         if is_posenc(module):
             done.append(path)
+            record = placed(module)
+            if record is not None and record.mode != mode:
+                report.append(_switch(model, path, module, compat, dry_run))
             continue
         found = _recognise(path, module, model)
         if found is None:
@@ -154,9 +174,51 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
             done.append(path)
             if not path:
                 found = Found(found.original, note="the model itself: patch a module holding it")
-        row = _apply(model, path, module, found, compat, dry_run)
-        report.append(row)
+        report.append(_apply(model, path, module, found, compat, dry_run))
     return report
+
+
+def unpatch(model: nn.Module) -> PatchReport:
+    """Put back the original modules :func:`patch` replaced, in place: the model's outputs,
+    ``state_dict`` keys and values are then those of a model never patched (moved with it:
+    ``.to()``, ``.half()`` since the patch reach the originals too).
+
+    Args:
+        model: a model (or a module holding one) that :func:`patch` changed.
+
+    Returns:
+        :class:`PatchReport` with ``action="unpatch"``: a row per original put back (``mode``
+        ``"original"``; ``replacement`` says what stood there), and a row left alone with its
+        reason for one that could not be (a model patched on the meta device whose original
+        has a buffer no checkpoint holds, such as a rotary module's ``inv_freq``: reload it).
+
+    Examples:
+        >>> config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
+        ...     num_hidden_layers=1, num_attention_heads=4, vocab_size=128)
+        >>> model = transformers.LlamaForCausalLM(config)
+        >>> _ = patch(model)
+        >>> [r.path for r in unpatch(model).replaced]
+        ['model.rotary_emb']
+        >>> type(model.model.rotary_emb).__name__, len(unpatch(model))
+        ('LlamaRotaryEmbedding', 0)
+    """
+    _check_model(model)
+    report = PatchReport(action="unpatch")
+    for path, module in list(model.named_modules()):
+        record = placed(module)
+        if record is None:
+            continue
+        name = type(record.original).__name__
+        why = take_back(model, module)
+        mode = None if why else ORIGINAL
+        report.append(Replacement(path, name, record.description, mode, None,
+                                  why or f"was {record.mode}"))  # fmt: skip
+    return report
+
+
+def _check_model(model: Any) -> None:
+    if not isinstance(model, nn.Module):
+        raise PosencError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def _recognise(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -165,6 +227,29 @@ def _recognise(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         if found is not None:
             return found
     return None
+
+
+def _switch(
+    root: nn.Module, path: str, new: nn.Module, compat: str | None, dry: bool
+) -> Replacement:
+    """A stand-in of the other mode: its original back, then patched in this mode (a dry
+    run puts the stand-in back after)."""
+    record = placed(new)
+    assert record is not None
+    why = take_back(root, new)
+    if why is not None:
+        return Replacement(path, type(new).__name__, "", None, None, f"not switched: {why}")
+    owner_path = path if record.attribute is None else path.rpartition(".")[0]
+    owner = root.get_submodule(owner_path)
+    found = _recognise(owner_path, owner, root)
+    if found is None:  # cannot happen: it was recognised when patched
+        found = Found(type(owner).__name__, note="no longer recognised: the original is back")
+    row = _apply(root, owner_path, owner, found, compat, dry)
+    if dry:
+        put(root, owner, record.attribute, new, mode=record.mode, description=record.description)
+    elif not row.replaced:
+        return replace(row, note=f"{row.note}; the original is back (was {record.mode})")
+    return replace(row, note=f"switched from {record.mode}; {row.note}".rstrip("; "))
 
 
 def _apply(
@@ -177,39 +262,27 @@ def _apply(
     exact = found.build(None)
     if isinstance(exact, str):
         return Replacement(where, found.original, "", None, None, exact)
-    diff, _ = compare(found.numbers(), found.probe(exact))
-    if not math.isfinite(diff):
+    measure = compare(found.numbers(), found.probe(exact))
+    diff, note = (None, NOT_MEASURED) if measure is None else (measure[0], found.note)
+    if diff is not None and not math.isfinite(diff):
         return Replacement(where, found.original, "", None, diff, "non-finite numbers")
     new: nn.Module | str = exact
     if compat is not None:
         new = found.build(compat)
         if isinstance(new, str):
             return Replacement(where, found.original, "", None, diff, f"{new}: left alone")
-        _, same = compare(found.numbers(), found.probe(new))
-        if not same:
-            why = f"compat={compat!r} does not repeat its numbers bit for bit here: left alone"
-            return Replacement(where, found.original, "", None, diff, why)
-        new = found.build(compat)  # fresh: the probe ran the one checked
-        assert not isinstance(new, str)
+        if measure is not None:
+            same = compare(found.numbers(), found.probe(new))
+            if same is None or not same[1]:
+                why = f"compat={compat!r} does not repeat its numbers bit for bit here: left alone"
+                return Replacement(where, found.original, "", None, diff, why)
+            new = found.build(compat)  # fresh: the probe ran the one checked
+    assert not isinstance(new, str)
+    problem = unwritable(new, module, found.attribute)
+    if problem is not None:
+        return Replacement(where, found.original, "", None, diff, f"{problem}: left alone")
     mode = EXACT if compat is None else COMPAT
-    row = Replacement(where, found.original, found.description, mode, diff, found.note)
+    row = Replacement(where, found.original, found.description, mode, diff, note)
     if not dry:
-        _put(root, path, module, found.attribute, new)
+        put(root, module, found.attribute, new, mode=mode, description=found.description)
     return row
-
-
-def _put(
-    root: nn.Module, path: str, module: nn.Module, attribute: str | None, new: nn.Module | Any
-) -> None:
-    if attribute is not None:  # a table kept in a parameter of `module`, or a plain attribute
-        saved = attribute in module._parameters or attribute in module._buffers
-        delattr(module, attribute)
-        setattr(module, attribute, new)
-        if saved:  # its checkpoint key now checks the replacement's table
-            route_key(module, attribute, new)
-        return
-    new.train(module.training)
-    for parent in list(root.modules()):  # every reference: a module may be shared
-        for name, child in list(parent._modules.items()):
-            if child is module:
-                setattr(parent, name, new)

@@ -88,7 +88,11 @@ TIMM_PRESETS: dict[str, RotaryPreset] = {
             "which a preset cannot know: the default is the integers (the model at its "
             "reference size), pass step=ref/feat otherwise (0.5 for eva02_large_patch14_448, "
             "32 x 32 patches); timm computes them and the angles in float32 (4.9e-7 off at "
-            "448); " + _CACHED,
+            "448); compat='timm' replays (i / feat) * ref, which at ref = feat is not the "
+            "integers in float32 (4% of cos entries differ at 13 x 21, by up to 9.5e-7): a "
+            "model built without ref_feat_shape (timm Eva's default; eva02_* and the SBB "
+            "models set one) takes the integers, compat='timm' of preset 'vit-rope' with "
+            "base=10000, block_axes=(0, 1); " + _CACHED,
             axial=two_blocks("eva02"),
             originals=("timm",),
         ),
