@@ -97,13 +97,13 @@ def vaswani_exact() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 @pytest.fixture
-def float32_only(monkeypatch):
-    """The float32-only evaluator (MPS, exported graphs: no float64), forced on the CPU for
-    torch inputs: the direct formula, in float32 alone."""
-    from posenc.evaluate.libs.torch import TorchBackend
+def float32_only():
+    """The float32-only evaluator (MPS, exported graphs: no float64), forced on the CPU by
+    ``posenc.float32_only()`` for the test: the direct formula, in float32 alone."""
+    import posenc
 
-    monkeypatch.setattr(TorchBackend, "direct", lambda self, on_device: True)
-    monkeypatch.setattr(TorchBackend, "float32_only", lambda self: True)
+    with posenc.float32_only():
+        yield
 
 
 @pytest.fixture

@@ -1,6 +1,10 @@
 """What this machine's torch needs before the tests (tests/conftest.py) and the benchmarks
 (benchmarks/__init__.py) run: torchvision made importable (both import transformers and timm,
-which import torchvision when it is installed), and torch's worker threads started."""
+which import torchvision when it is installed).
+
+No warm-up op is needed: the first parallel ``torch.sin`` of a fresh process, once said to be
+wrong in one process in twelve here, was right in every one of 120 fresh processes
+(benchmarks/torch_sin_first_call.py)."""
 
 from __future__ import annotations
 
@@ -35,22 +39,6 @@ def torchvision_importable() -> None:
         import torchvision  # noqa: F401
 
 
-def torch_threads_started() -> None:
-    """Start torch's intra-op worker threads with one parallel op.
-
-    On this machine's CPU torch (2.13.0+cpu, AVX-512, 2 threads), the first parallel
-    ``torch.sin`` of a fresh process is wrong in about one process in twelve: up to 1.5e-4 off,
-    in the rows the new worker thread computes; the same call right after, and every call once
-    one parallel op has run, is right. A test comparing two torch computations bit for bit
-    would then fail on whichever ran first. A torch bug, not posenc's: started here, once."""
-    if importlib.util.find_spec("torch") is None:
-        return
-    import torch
-
-    torch.sin(torch.zeros(1 << 17))
-
-
 def prepare() -> None:
-    """Both: call before anything imports torchvision, transformers or timm."""
+    """Call before anything imports torchvision, transformers or timm."""
     torchvision_importable()
-    torch_threads_started()

@@ -20,11 +20,6 @@ torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3  # noqa: E402
 
-# torch's worker threads are started before any test (tests/environment.py): on this CPU
-# torch the first parallel sin of a process is sometimes wrong, and timm builds its tables at
-# model init.
-
-
 # family: (timm model, patch, dynamic size, real grid, base, layout, column block first)
 MODELS = {
     "eva02": ("eva02_large_patch14_448", 14, False, (32, 32), 1e4, "interleaved", False),
@@ -182,6 +177,38 @@ def test_cat_module_settings(dims, dim, rotate_half):
         for got, want in zip(posenc.rope_grid(dims, dim, preset="eva02", **kw), ref,
                              strict=True):  # fmt: skip
             assert_exact(got, want)
+
+
+@pytest.mark.parametrize("dims", [(13, 21), (17, 23)])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_eva_without_ref_feat_shape(dims, dynamic):
+    """An EVA built without ref_feat_shape (timm Eva's default; the eva02_* models set one)
+    takes the plain integers: its table is compat='timm' of vit-rope (RotaryEmbeddingCat
+    without ref_feat_shape) at base 10000 and 'ij', bit for bit. eva02's replay of ref = feat,
+    (i / n) * n in float32, is not the integers at these sizes (4% of cos entries at 13 x 21);
+    the exact tables of the two are one."""
+    from timm.models.eva import Eva
+
+    size = {} if dynamic else {"img_size": (dims[0] * 14, dims[1] * 14)}
+    model = Eva(patch_size=14, embed_dim=192, depth=1, num_heads=3, use_rot_pos_emb=True,
+                dynamic_img_size=dynamic, **size)  # fmt: skip
+    assert model.rope.ref_feat_shape is None
+    embed = model.rope.get_embed(shape=list(dims)) if dynamic else model.rope.get_embed()
+    sin_want, cos_want = embed.chunk(2, dim=-1)
+    no_ref = {"preset": "vit-rope", "base": 1e4, "block_axes": (0, 1)}
+    cos, sin = posenc.rope_grid(dims, HEAD, compat="timm", dtype=torch.float32, **no_ref)
+    assert torch.equal(cos, cos_want)
+    assert torch.equal(sin, sin_want)
+    eva02_cos, _ = posenc.rope_grid(dims, HEAD, preset="eva02", compat="timm",
+                                    dtype=torch.float32)  # fmt: skip
+    assert not torch.equal(eva02_cos, cos_want)
+    integers = [np.arange(n, dtype=np.float64) for n in dims]
+    ref = reference("eva02", dims, positions=integers)
+    exact = posenc.rope_grid(dims, HEAD, **no_ref)
+    for got, as_eva02, want in zip(exact, posenc.rope_grid(dims, HEAD, preset="eva02"), ref,
+                                   strict=True):  # fmt: skip
+        np.testing.assert_array_equal(got, as_eva02)
+        assert_exact(got, want)
 
 
 @pytest.mark.parametrize("dims", [(17, 23), (64, 64), (1, 5)])

@@ -18,6 +18,7 @@ from posenc.api.rope_grid import rope_grid
 from posenc.api.sharding import context_parallel_positions, tensor_parallel_channels
 from posenc.api.sinusoidal import encode, grid, table
 from posenc.errors import PosencError
+from posenc.evaluate import float32_only
 from posenc.evaluate.integers import set_table_cache
 from posenc.evaluate.libs.numpy import get_num_threads, set_num_threads
 from posenc.spec.encoding import Encoding
@@ -36,6 +37,7 @@ __all__ = [
     "detr",
     "encode",
     "fairseq_positions",
+    "float32_only",
     "get_num_threads",
     "grid",
     "preset",

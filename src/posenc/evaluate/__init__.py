@@ -15,6 +15,10 @@ methods (``grid`` for tables and grids, ``points`` for position arrays):
   on the NumPy engine (bit for bit the NumPy path), traced positions in float32 alone on the
   device.
 
+Inside :func:`float32_only` (a context variable, so per thread and per task) every request is
+the direct formula in float32 alone, whatever its library and device: on the CPU, what MPS and
+exported graphs compute.
+
 The front doors :func:`span`, :func:`points`, :func:`grid` and :func:`detr` take a resolved
 plan (:mod:`posenc.spec.layout`), check the accuracy rule (:mod:`posenc.evaluate.accuracy`)
 and evaluate; the public functions and the torch modules call them.
@@ -23,11 +27,14 @@ and evaluate; the public functions and the torch modules call them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
 
-from posenc.errors import PosencError, check_int, check_size
+from posenc.errors import PosencError, check_bool, check_int, check_size
 from posenc.evaluate import direct
 from posenc.evaluate.accuracy import check_on_device, check_plan
 from posenc.evaluate.engine import fill_grid, fill_points
@@ -166,14 +173,59 @@ def evaluator(
     operation then stays on the device: no host read, no copy from the host (constants are
     kept there), so the call does not wait for the device and a CUDA graph can capture it.
     A library without float64 (JAX without x64): :class:`HostEngine`; any other Array API
-    library: direct.
+    library: direct. Inside :func:`float32_only`: direct, in float32 alone, for every one.
     """
     backend = backend_for(dtype, device, like)
+    if not backend.traced() and FLOAT32_ONLY.get():  # a compiled graph decides for itself
+        return Direct(backend, backend.anchor(like), float32_only=True)
     if not backend.has_float64:
         return HostEngine(backend)
     if backend.direct(on_device):
         return Direct(backend, backend.anchor(like), float32_only=backend.float32_only())
     return Engine(backend)
+
+
+FLOAT32_ONLY: ContextVar[bool] = ContextVar("FLOAT32_ONLY", default=False)
+"""Whether :func:`float32_only` is on in this thread (or asyncio task)."""
+
+
+@contextmanager
+def float32_only(*, enabled: bool = True) -> Iterator[None]:
+    """Every posenc evaluation in the ``with`` block uses the float32-only evaluator, on the
+    CPU too: the numbers Apple's MPS, an exported graph (``torch.export``, ONNX, TensorRT) or
+    JAX without x64 on a device compute, without that runtime. A block in the block nests
+    (``enabled=False`` turns it off inside); the setting is restored when the block ends,
+    also on an exception, and belongs to the thread (or asyncio task) that entered it.
+
+    The float32-only evaluator forms angles without float64 (:mod:`posenc.evaluate.float32`):
+    within 1e-6 of the truth (the default path: half a float32 ulp), for positions below 2^24
+    and frequencies below 2^15 (others are refused, as an export refuses them). Outside
+    posenc nothing changes; ``compat`` modes, which replay an original's own arithmetic, are
+    not evaluations and are unaffected. Modules read none of their kept rows (their first
+    ``cached_length`` positions) in the block: they compute every row, as their exported
+    graphs do, and the rows they keep are the default path's, for the calls outside it. A
+    ``torch.compile``'d function is its graph's: the block does not reach inside it.
+
+    Args:
+        enabled: turn the float32-only evaluator on (True) or off (False) in the block.
+
+    Examples:
+        >>> with posenc.float32_only():               # what MPS or an exported graph computes
+        ...     f32 = posenc.table(4096, 512, dtype=torch.float32)
+        >>> exact = posenc.table(4096, 512, dtype=torch.float32)
+        >>> f32.shape, bool((f32 - exact).abs().max() < 1e-6), torch.equal(f32, exact)
+        (torch.Size([4096, 512]), True, False)
+        >>> with posenc.float32_only():
+        ...     with posenc.float32_only(enabled=False):  # nested: the default path again
+        ...         again = posenc.table(4096, 512, dtype=torch.float32)
+        >>> torch.equal(again, exact)
+        True
+    """
+    token = FLOAT32_ONLY.set(check_bool("enabled", enabled))
+    try:
+        yield
+    finally:
+        FLOAT32_ONLY.reset(token)
 
 
 def _check(plan: Plan, bound: float | None, what: str, evaluation: Evaluator) -> None:

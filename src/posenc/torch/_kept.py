@@ -11,12 +11,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posenc.evaluate import FLOAT32_ONLY, float32_only
 from posenc.evaluate.libs.torch import tracing
 from posenc.evaluate.positions import Positions
 
 Compute = Callable[[int, Any, torch.dtype, torch.device], Tensor]
 """``compute(start, length, dtype, device)``: rows ``start … start + length - 1``, a
 ``[length, width]`` tensor (``length`` may be symbolic under tracing)."""
+
+
+def _unkept() -> bool:
+    """Whether a call reads no kept row: traced (exported, ``torch.jit.trace``), or inside
+    ``posenc.float32_only()``, whose calls compute every row as an export does."""
+    return tracing() or FLOAT32_ONLY.get()
 
 
 class KeptRows:
@@ -32,7 +39,8 @@ class KeptRows:
 
     Eager calls slice or gather the kept rows; ``torch.compile`` reads the kept rows that
     cover a call and computes the rest in the graph, with no test on the (symbolic) length;
-    ``torch.export`` and ``torch.jit.trace`` keep nothing (every row computed in the graph).
+    ``torch.export`` and ``torch.jit.trace`` keep nothing (every row computed in the graph),
+    and neither do calls inside ``posenc.float32_only()``, which compute what an export does.
     """
 
     def __init__(self, length: int, compute: Compute, *, window: int = 0) -> None:
@@ -51,13 +59,14 @@ class KeptRows:
         self.tables = {}
         self._windows = {}
         if dtype is not None:
-            self.tables[dtype] = self._compute(0, self.length, dtype, device)
+            with float32_only(enabled=False):  # kept rows serve the calls outside it
+                self.tables[dtype] = self._compute(0, self.length, dtype, device)
 
     def table(self, dtype: torch.dtype, device: torch.device) -> Tensor | None:
         """The kept rows in ``dtype`` on ``device`` (built on first use: activations in
         another dtype than the module's get a table of their own, correctly rounded), or None
-        when traced or on another device than the module's."""
-        if tracing() or device != self.device or not dtype.is_floating_point:
+        when traced, inside ``posenc.float32_only()`` or on another device than the module's."""
+        if _unkept() or device != self.device or not dtype.is_floating_point:
             return None
         table = self.tables.get(dtype)
         if table is None:
@@ -69,11 +78,12 @@ class KeptRows:
         cover the call, else of the window (a short call), else computed. Under
         ``torch.compile``: the kept rows that cover the start, then the computed rest, with
         no test on the (symbolic) length, so one graph serves every length, inside the kept
-        rows and past them. Exports and ``torch.jit.trace`` compute every row."""
+        rows and past them. Exports, ``torch.jit.trace`` and ``posenc.float32_only()`` compute
+        every row."""
         compiler = torch.compiler
         if compiler.is_compiling() and not compiler.is_exporting():
             return self._compiled(start, length, dtype, device)
-        if tracing():  # first: a size test would specialise the export or the trace
+        if _unkept():  # first: a size test would specialise the export or the trace
             return self._compute(start, length, dtype, device)
         if start + length <= self.length:
             if (table := self.table(dtype, device)) is not None:
@@ -122,8 +132,8 @@ class KeptRows:
     ) -> tuple[int, Tensor] | None:
         """The window (its first position and rows) holding ``low … low + window / 2``: kept,
         or refilled from the block of ``window / 2`` rows where ``low`` falls; None when
-        traced or on another device than the module's."""
-        if tracing() or device != self.device:
+        traced, inside ``posenc.float32_only()``, or on another device than the module's."""
+        if _unkept() or device != self.device:
             return None
         half = self.window // 2
         kept = self._windows.get(dtype)

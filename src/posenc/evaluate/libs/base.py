@@ -117,6 +117,11 @@ class Backend:
         then computes in float32 alone."""
         return False
 
+    def traced(self) -> bool:
+        """Inside a compiler's trace (``torch.compile``), where the graph, not the calling
+        context, decides how a request is evaluated."""
+        return False
+
     def anchor(self, like: Any) -> Any:
         """An array on the output device, for the direct formula's ``like``: ``like`` itself
         when it is this library's."""

@@ -21,21 +21,6 @@ from posenc.evaluate.libs.base import Backend, doubling, dtype_name
 from posenc.evaluate.libs.numpy import host_memory, host_positions
 from posenc.evaluate.positions import Positions, checked_positions
 
-
-def _start_threads() -> None:
-    """Start torch's intra-op worker threads with one parallel op, once, before posenc's first.
-
-    On some CPU builds (seen with 2.13.0+cpu, AVX-512, 2 threads) the first parallel
-    ``torch.sin`` of a fresh process is wrong in about one process in twelve: up to 1.5e-4 off,
-    in the rows the new worker thread computes; every call once one parallel op has run is
-    right. A torch bug, but it would make a first table (and a compat replay's "bit for bit")
-    wrong: one throwaway op on zeros keeps posenc's own calls out of it."""
-    if torch.get_num_threads() > 1:
-        torch.sin(torch.zeros(1 << 17))
-
-
-_start_threads()
-
 # ---------------------------------------------------------------------------------------------
 # the library: tracing, devices, dtypes, positions
 
@@ -269,6 +254,9 @@ class TorchBackend(Backend):
 
     def float32_only(self) -> bool:
         return self.device.type == "mps" or bool(torch.compiler.is_exporting())
+
+    def traced(self) -> bool:
+        return tracing()
 
     def anchor(self, like: Any) -> Any:
         if isinstance(like, torch.Tensor):
