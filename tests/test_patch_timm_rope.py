@@ -373,3 +373,28 @@ def test_rope_mixed_is_learned_and_left_alone(compat):
     assert (row.original, row.mode, row.note) == ("RotaryEmbeddingMixed", None, LEARNED)
     assert model.rope is rope
     assert "rope.freqs" in model.state_dict()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_eva_without_ref_feat_shape(dynamic):
+    """timm's Eva built without ref_feat_shape (plain integer positions, not eva02's
+    (i / n) * n): compat repeats it bit for bit, at 13 x 21 patches where the two differ."""
+    from timm.models.eva import Eva
+
+    torch.manual_seed(0)
+    size = {"img_size": (13 * 14, 21 * 14)}
+    model = Eva(patch_size=14, embed_dim=192, depth=1, num_heads=3, use_rot_pos_emb=True,
+                dynamic_img_size=dynamic, **size).eval()  # fmt: skip
+    assert model.rope.ref_feat_shape is None
+    x = torch.randn(2, 3, 13 * 14, 21 * 14)
+    compat = copy.deepcopy(model)
+    row = _row(patch(compat, compat="original"))
+    assert row.mode == "compat"
+    assert "vit-rope" in row.replacement
+    assert torch.equal(_features(compat, x), _features(model, x))
+    exact = copy.deepcopy(model)
+    assert _row(patch(exact)).mode == "exact"
+    sin, cos = reference((13, 21), base=1e4)  # plain integers, rows first
+    table = _embed(exact.rope, [13, 21])
+    assert_exact(table[:, :64], sin)
+    assert_exact(table[:, 64:], cos)
