@@ -18,20 +18,9 @@ diffusers = pytest.importorskip("diffusers")
 timm = pytest.importorskip("timm")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 from posenc.torch import patch, unpatch  # noqa: E402
+from tests.test_patch import SEQ2SEQ, _whisper  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers", "quiet_diffusers")
-
-SEQ2SEQ = {"vocab_size": 128, "d_model": 64, "encoder_layers": 1, "decoder_layers": 1,
-           "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
-           "decoder_ffn_dim": 128, "pad_token_id": 1, "decoder_start_token_id": 2}  # fmt: skip
-
-
-def _whisper():
-    return T.WhisperModel(T.WhisperConfig(
-        vocab_size=128, num_mel_bins=8, encoder_layers=1, decoder_layers=1, d_model=64,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
-        decoder_ffn_dim=128, max_source_positions=1500, max_target_positions=64,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1))  # fmt: skip
 
 
 def _whisper_out(m):
@@ -366,3 +355,87 @@ def test_an_edited_inv_freq_is_left_alone_saying_so():
         assert "inv_freq is not what its config gives" in row.note
         assert "channel 0 holds 0.5, the config 1" in row.note
         assert type(model.model.rotary_emb).__name__ == "LlamaRotaryEmbedding"
+
+
+# ---------------------------------------------------------------------------------------------
+# every stand-in patch puts in place, from the models of the other patch tests
+
+
+def _every_model():
+    """``name -> build()`` for each model the patch tests build (their own builders)."""
+    from tests import (
+        test_patch,
+        test_patch_diffusers,
+        test_patch_diffusers_gathered,
+        test_patch_diffusers_ids,
+        test_patch_diffusers_kandinsky,
+        test_patch_diffusers_ltx2,
+        test_patch_diffusers_models,
+        test_patch_diffusers_rope,
+        test_patch_diffusers_video,
+        test_patch_hf_vision,
+        test_patch_timm_rope,
+    )
+
+    found = {f"transformers-{k}": v[0] for k, v in test_patch.ROTARY.items()}
+    found |= {f"transformers-{k}": v[0] for k, v in test_patch.TABLES.items()}
+    found |= {f"diffusers-{k}": v[0] for k, v in test_patch_diffusers.FAMILIES.items()}
+    for module in (test_patch_diffusers_ids, test_patch_diffusers_rope, test_patch_diffusers_video):
+        found |= {f"diffusers-{k}": v[0] for k, v in module.MODELS.items()}
+    found |= {
+        f"diffusers-{k}": (lambda k=k: test_patch_diffusers_models._build(k))
+        for k in test_patch_diffusers_models.MODELS
+    }
+    found |= {
+        "diffusers-lumina2": test_patch_diffusers_gathered._lumina2,
+        "diffusers-z-image": test_patch_diffusers_gathered._z_image,
+        "diffusers-kandinsky5": test_patch_diffusers_kandinsky._kandinsky5,
+        "diffusers-omnigen": test_patch_diffusers_kandinsky._omnigen,
+        "diffusers-ltx2": lambda: test_patch_diffusers_ltx2._model("interleaved"),
+    }
+    found |= {
+        f"transformers-{k}": (lambda k=k: test_patch_hf_vision.build(k)[0])
+        for k in test_patch_hf_vision.FAMILIES
+    }
+    found |= {
+        f"timm-{k}": (lambda k=k: test_patch_timm_rope._model(k)) for k in ("eva02", "vit-rope")
+    }
+    found["timm-sincos"] = _timm_vit
+    return found
+
+
+EVERY = _every_model()
+
+
+def _types(model):
+    return [type(m).__name__ for m in model.modules()]
+
+
+@pytest.mark.parametrize("name", EVERY)
+def test_every_stand_in_saves_loads_and_gives_back(name):
+    """Each stand-in writes its original's keys (compat: their very values), loads its own
+    checkpoint strictly, switches mode, and unpatch gives back the state dict and modules."""
+    torch.manual_seed(0)
+    model = EVERY[name]().eval()
+    want, types = model.state_dict(), _types(model)
+    patched = copy.deepcopy(model)
+    report = patch(patched, compat="original")
+    state = patched.state_dict()
+    assert list(state) == list(want)
+    assert all(torch.equal(state[k], want[k]) for k in want)  # the original's numbers
+    patched.load_state_dict(state, strict=True)
+    patched.load_state_dict(want, strict=True)
+    switched = patch(patched)  # to exact: the keys and their shapes stay
+    assert all(r.note.startswith("switched from compat") for r in switched.replaced)
+    exact = patched.state_dict()
+    assert [(k, v.shape, v.dtype) for k, v in exact.items()] == [
+        (k, v.shape, v.dtype) for k, v in want.items()
+    ]
+    patched.load_state_dict(exact, strict=True)
+    back = unpatch(patched)
+    assert len(back.replaced) >= len(report.replaced)
+    assert not back.left_alone
+    after = patched.state_dict()
+    assert list(after) == list(want)
+    assert all(torch.equal(after[k], want[k]) for k in want)
+    assert _types(patched) == types
