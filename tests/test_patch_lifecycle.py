@@ -401,6 +401,15 @@ def _every_model():
         f"timm-{k}": (lambda k=k: test_patch_timm_rope._model(k)) for k in ("eva02", "vit-rope")
     }
     found["timm-sincos"] = _timm_vit
+    found["transformers-pegasus"] = _pegasus
+    found["transformers-roformer"] = lambda: T.RoFormerModel(T.RoFormerConfig(
+        vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=256))  # fmt: skip
+    found["transformers-time-series"] = lambda: T.TimeSeriesTransformerModel(
+        T.TimeSeriesTransformerConfig(
+            prediction_length=8, context_length=16, d_model=32, encoder_layers=1,
+            decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+            encoder_ffn_dim=32, decoder_ffn_dim=32, lags_sequence=[1, 2]))  # fmt: skip
     return found
 
 
