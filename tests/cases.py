@@ -300,6 +300,84 @@ CASES: list[Case] = [
             "RotaryEmbedding.from_hf(transformers.BertConfig())",
             ("model_type 'bert'", "not a family from_hf covers", "llama"),
         ),
+        (
+            "posenc.apply_rope(torch.zeros(8, 64), *posenc.rope(torch.arange(8), 64), "
+            'compat="vllm")',
+            ("`compat`", "'diffusers'", "'ltx2'", "'vllm'"),
+        ),
+        (
+            "posenc.apply_rope(np.zeros((8, 64)), *posenc.rope(np.arange(8), 64), "
+            'compat="diffusers")',
+            ("`compat='diffusers'`", "torch code", "torch `x`"),
+        ),
+        (
+            "posenc.apply_rope(torch.zeros(8, 64), "
+            '*posenc.rope(torch.arange(8), 64, layout="compact"), "compact", compat="diffusers")',
+            ("`compat='diffusers'`", "full-width tables", "'compact'"),
+        ),
+        (
+            "posenc.apply_rope(torch.zeros(8, 64), "
+            '*posenc.rope(torch.arange(8), 64, layout="interleaved"), "interleaved", '
+            'compat="ltx2")',
+            ("`compat='ltx2'`", "'halves' or 'block-halves'", "'interleaved'"),
+        ),
+    ),
+    *_area(
+        "Rotary embeddings of grids",
+        ('posenc.rope_grid((21, -45, 3), 128, preset="wan")', ("`shape[1]`", ">= 0", "-45")),
+        ('posenc.rope_grid((21, 45.5, 3), 128, preset="wan")', ("`shape[1]`", "integer", "45.5")),
+        ('posenc.rope_grid((21, True, 3), 128, preset="wan")', ("`shape[1]`", "integer", "True")),
+        (
+            'posenc.rope_grid((21, 45), 128, preset="wan")',
+            ("`shape`", "3 axes", "axes_dim (44, 42, 42)", "(21, 45)"),
+        ),
+        ('posenc.rope_grid((21, 0, 3), 128, preset="wan")[0]', "out.shape == (0, 128)"),
+        ("posenc.rope_grid((8, 8), 64)", ("`rope_grid`", "one block per grid axis", "`axes_dim`")),
+        (
+            'posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), compat="diffusers")',
+            ("`compat`", "a preset that has one", "preset=None"),
+        ),
+        (
+            'posenc.rope_grid((4, 4, 4), 128, preset="wan", compat="timm")',
+            ("`compat`", "'diffusers'", "'timm'"),
+        ),
+        (
+            "posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), step=(1, 2, 3))",
+            ("`step`", "one per axis", "(1, 2, 3)"),
+        ),
+        (
+            'posenc.rope_grid((4, 4), 88, preset="hunyuan-dit", crop=((0, 4), (32, 28)), start=1)',
+            ("`crop`", "without `start` and `step`"),
+        ),
+        (
+            'AxialRotaryEmbedding(128, preset="wan")((21, -45, 3))',
+            ("`shape[1]`", ">= 0", "-45"),
+        ),
+        (
+            'AxialRotaryEmbedding(128, preset="wan")((21, 45.5, 3))',
+            ("`shape[1]`", "integer", "45.5"),
+        ),
+        (
+            'AxialRotaryEmbedding(128, preset="wan")((21, True, 3))',
+            ("`shape[1]`", "integer", "True"),
+        ),
+        (
+            'AxialRotaryEmbedding(128, preset="wan")((21, 45))',
+            ("`shape`", "3 axes", "axes_dim (44, 42, 42)", "(21, 45)"),
+        ),
+        (
+            'AxialRotaryEmbedding(128, preset="wan")((21, 0, 3))[0]',
+            "tuple(out.shape) == (0, 128)",
+        ),
+        ("AxialRotaryEmbedding(64)", ("`AxialRotaryEmbedding`", "one block per grid axis")),
+        (
+            'AxialRotaryEmbedding(2048, preset="ltx-video")',
+            ("take turns per frequency", "posenc.rope_grid", "'ltx-video'"),
+        ),
+        (
+            'AxialRotaryEmbedding(128, preset="wan", cached_length=-1)',
+            ("`cached_length`", ">= 0", "-1"),
+        ),
     ),
     *_area(
         "The command line",
@@ -328,7 +406,13 @@ def namespace() -> dict[str, Any]:
     import transformers
 
     import posenc.torch
-    from posenc.torch import PositionalEncoding, RotaryEmbedding, SinusoidalEmbedding, Timesteps
+    from posenc.torch import (
+        AxialRotaryEmbedding,
+        PositionalEncoding,
+        RotaryEmbedding,
+        SinusoidalEmbedding,
+        Timesteps,
+    )
     from tests import reference as ref
     from tests.helpers import to_numpy
 
@@ -348,6 +432,7 @@ def namespace() -> dict[str, Any]:
         "same": same,
         "to_numpy": to_numpy,
         "PositionalEncoding": PositionalEncoding,
+        "AxialRotaryEmbedding": AxialRotaryEmbedding,
         "RotaryEmbedding": RotaryEmbedding,
         "transformers": transformers,
         "SinusoidalEmbedding": SinusoidalEmbedding,

@@ -178,3 +178,153 @@ def test_block_halves_equals_rope_grid(kw):
         np.testing.assert_array_less(np.abs(got.double().numpy() - want64),
                                      6e-8 * np.abs(want64) + 1e-12)  # fmt: skip
     assert "blocks=" in repr(module)
+
+
+# -- one check for every grid: posenc.rope_grid's (posenc.evaluate.positions.grid_shape) --------
+
+BAD_GRIDS = [(21, -45, 3), (21, 45.5, 3), (21, True, 3), (21, 45), (21, 45, 3, 2), (), "21x45x3"]
+"""Grids rope_grid refuses: a negative size, a float, a bool, the wrong number of axes, none,
+not a tuple."""
+
+
+def _refusal(call):
+    """The message of the PosencError ``call()`` raises."""
+    with pytest.raises(PosencError) as info:
+        call()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("grid", BAD_GRIDS, ids=repr)
+@pytest.mark.parametrize("kw", [{"preset": "wan"}, {"axes_dim": (64, 32, 32)}], ids=str)
+def test_bad_grids_get_rope_grids_error(kw, grid):
+    """AxialRotaryEmbedding refuses what rope_grid refuses, with its message word for word
+    (naming `shape`, the rule and the value), before any work: not torch's errors."""
+    want = _refusal(lambda: posenc.rope_grid(grid, 128, **kw))
+    assert "`shape" in want
+    assert _refusal(lambda: AxialRotaryEmbedding(128, **kw)(grid)) == want
+
+
+@pytest.mark.parametrize(
+    ("kw", "dim", "dims"),
+    [({"preset": "wan"}, 128, (21, 0, 3)), ({"preset": "wan"}, 128, (0, 4, 5)),
+     ({"preset": "hunyuan-dit", "start": (0, 4), "step": (1, 0.5)}, 88, (0, 7))],
+)  # fmt: skip
+def test_an_empty_axis_gives_rope_grids_empty_table(kw, dim, dims):
+    cos, sin = AxialRotaryEmbedding(dim, **kw)(dims)
+    want = posenc.rope_grid(dims, dim, dtype=torch.float32, **kw)
+    assert cos.shape == sin.shape == want[0].shape == (0, dim)
+    assert cos.dtype == want[0].dtype
+
+
+def test_an_int_is_a_cube_as_in_rope_grid():
+    cos, sin = AxialRotaryEmbedding(128, preset="wan")(4)
+    want = posenc.rope_grid(4, 128, preset="wan", dtype=torch.float32)
+    assert torch.equal(cos, want[0])
+    assert torch.equal(sin, want[1])
+
+
+def test_the_check_keeps_one_graph_for_every_size():
+    """The grid's check reads no symbolic size: one graph under torch.compile, as before."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    module = AxialRotaryEmbedding(64, preset="cogvideox", cached_length=16)
+    compiled = torch.compile(module, fullgraph=True, dynamic=True, backend=counter)
+    for dims in [(3, 6, 9), (4, 7, 10), (2, 30, 5)]:
+        assert torch.equal(compiled(dims)[0], module(dims)[0])
+    assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("grid", [(14, -14), (14, 14.5), (True, 14), (14,), (14, 14, 2), "14x14"])
+def test_grid_encoding_refuses_what_posenc_grid_refuses(grid):
+    """GridEncoding's `grid` gets posenc.grid's check of `shape`, named as its argument."""
+    from posenc.torch import GridEncoding
+
+    want = _refusal(lambda: posenc.grid(grid, 16)).replace("`shape", "`grid")
+    module = GridEncoding(16)
+    assert _refusal(lambda: module(torch.zeros(1, 196, 16), grid)) == want
+    assert _refusal(lambda: module.encoding(grid)) == want
+
+
+def test_grid_encoding_empty_and_square_grids_as_posenc_grid():
+    from posenc.torch import GridEncoding
+
+    module = GridEncoding(16, cls_token=True)
+    for grid, tokens in (((0, 14), 1), (14, 197)):
+        got = module(torch.zeros(1, tokens, 16), grid)[0]
+        assert torch.equal(got, torch.from_numpy(posenc.grid(grid, 16, cls_token=True)))
+
+
+def _stand_ins():
+    """The stand-ins that take a grid from their caller: (id, its argument's name, the rope_grid
+    keywords of its grids, a call on a grid, whether an empty axis is served)."""
+    from posenc.torch._diffusers_rope import QwenImageRope
+    from posenc.torch._timm_mrope import TimmMRopeEmbedding
+    from posenc.torch._timm_rope import CAT, DINOV3, TimmRope, TimmRotaryEmbedding
+    from posenc.torch._video_rope import Qwen21Rope
+    from posenc.torch._video_rope_complex import AnyFlowCausalRope, AnyFlowRope, SanaWMRope
+
+    cpu = torch.device("cpu")
+    wan = {"dim": 48, "preset": "wan", "axes_dim": (16, 16, 16)}
+    qwen = {"dim": 128, "preset": "qwen-image", "axes_dim": (16, 56, 56)}
+    out = []
+    for mode in (None, "diffusers"):
+        sana = SanaWMRope(48, (16, 16, 16), 1e4, compat=mode)
+        flow = AnyFlowRope(48, (16, 16, 16), 1e4, wide=True, compat=mode)
+        far = AnyFlowCausalRope(48, (16, 16, 16), 1e4, (1, 2, 2), 64, compat=mode)
+        qwen_image = QwenImageRope(1e4, (16, 56, 56), True, mode)
+
+        def cfg(g):
+            return {"total_frames": g[0], "full_frame_shape": g[1:]}
+
+        out += [
+            (f"sana-wm-{mode}", "`fhw", wan, lambda g, m=sana: m(g, cpu), True),
+            (f"anyflow-{mode}", "`fhw", wan,
+             lambda g, m=flow: m(cfg(g), cpu)["query"], True),
+            (f"anyflow-far-{mode}", "`fhw", wan, lambda g, m=far: m(
+                {**cfg(g), "num_compressed_frames": 1, "compressed_frame_shape": g[1:]}, cpu
+            )["query"], True),
+            (f"qwen-image-{mode}", "`video_fhw[0]", qwen,
+             lambda g, m=qwen_image: m([g], cpu, 4)[0], True),
+        ]  # fmt: skip
+    qwen21 = Qwen21Rope(1e4, (16, 56, 56))
+    out.append(("qwen-image-21", "`img_shapes[0]", qwen,
+                lambda g: qwen21([g], torch.ones(8, dtype=torch.bool), cpu), False))  # fmt: skip
+    for compat in (False, True):
+        for rope in (TimmRope(CAT, "cat", 64, 1e4, 0.0, "ij", False),
+                     TimmRope(CAT, "cat", 64, 1e4, 0.0, "ij", False, ref_feat_shape=(16, 16)),
+                     TimmRope(DINOV3, "cat", 64, 100.0, 0.0, "ij", False)):  # fmt: skip
+            timm = TimmRotaryEmbedding(rope, None, compat=compat)
+            name = f"timm-{rope.preset}-{'compat' if compat else 'exact'}"
+            out.append((name, "`shape", {"dim": 64, "axes_dim": (32, 32)},
+                        lambda g, m=timm: m.get_embed(g), True))  # fmt: skip
+        mrope = TimmMRopeEmbedding(64, (4, 6, 6), 1e4, compat=compat)
+        out.append((f"timm-mrope-{compat}", "`shape", {"dim": 64, "axes_dim": (32, 32)},
+                    lambda g, m=mrope: m.get_embed(g), True))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("stand_in", _stand_ins(), ids=lambda s: s[0])
+def test_stand_ins_check_their_grids_as_rope_grid(stand_in):
+    """Each stand-in that takes a grid from its caller refuses what rope_grid refuses, with
+    rope_grid's message (its own argument's name for `shape`), before any work; an empty axis
+    gives a table of no rows, as rope_grid's."""
+    _, name, kw, call, serves_empty = stand_in
+    k = len(kw["axes_dim"])
+    good = (3, 4, 5)[:k]
+    bad = [(good[0], size, *good[2:]) for size in (-4, 4.5, True)] + [good[:-1], (*good, 6)]
+    for grid in bad:
+        want = _refusal(lambda g=grid: posenc.rope_grid(g, **kw))
+        got = _refusal(lambda g=grid: call(g))
+        if len(grid) == k:  # one size: the same words
+            assert got == want.replace("`shape", name), grid
+        else:  # the number of axes: the rule, and the grid received
+            assert got.startswith(f"{name}` must have {k} axes"), got
+            assert got.endswith(f"got {grid}"), got
+    if serves_empty:
+        empty = (good[0], 0, *good[2:])
+        assert posenc.rope_grid(empty, **kw)[0].shape[0] == 0
+        got, full = call(empty), call(good)
+        assert got.numel() == 0
+        assert got.shape[-1] == full.shape[-1]

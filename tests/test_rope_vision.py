@@ -722,3 +722,37 @@ def test_qwen_image_text_rows_are_a_diagonal():
     for got, want in zip((cos, sin), ref, strict=True):
         assert_exact(got, want[:, ::2])
     assert np.abs(text.real.double().numpy() - cos).max() < 1e-6  # float32 angles
+
+
+def _compat_families():
+    from posenc.spec.presets import ROTARY_PRESETS, get_rotary_preset
+
+    return [(n, c) for n in ROTARY_PRESETS for c in get_rotary_preset(n).originals or ()]
+
+
+@pytest.mark.parametrize(("preset", "compat"), _compat_families())
+def test_compat_gives_an_empty_table_for_an_empty_axis(preset, compat):
+    """Every replay, as the exact mode: an axis of 0 gives tables of no rows and the full
+    width, in the library and dtype a grid of rows would have (before: reshape errors inside
+    the replays, or a refusal of positions that do not exist)."""
+    for shape in ((2, 3, 4), (4, 4), (2, 3, 4, 2)):  # llama4-vision: square grids only
+        served = None
+        for dim in (128, 96, 64, 120, 256, 48):
+            try:
+                served = posenc.rope_grid(shape, dim, preset=preset, compat=compat)
+                break
+            except PosencError:
+                continue
+        if served is None:
+            continue
+        empty = (shape[0], 0, *shape[2:])
+        for kw in ({}, {"dtype": torch.float32}):
+            full = posenc.rope_grid(shape, dim, preset=preset, compat=compat, **kw)
+            got = posenc.rope_grid(empty, dim, preset=preset, compat=compat, **kw)
+            exact = posenc.rope_grid(empty, dim, preset=preset, **kw)
+            for g, f, e in zip(got, full, exact, strict=True):
+                assert type(g) is type(f)
+                assert g.shape == (0, f.shape[1]) == e.shape
+                assert g.dtype == f.dtype
+        return
+    pytest.fail(f"no grid served by {preset} compat={compat!r}")

@@ -24,7 +24,7 @@ from posenc.errors import MAX_POSITION, PosencError, check_choice, check_int, ch
 from posenc.evaluate.libs import is_torch
 from posenc.evaluate.positions import Progression, grid_shape
 from posenc.spec.presets import get_rotary_preset
-from posenc.spec.rotary import rotary
+from posenc.spec.rotary import Rotary, rotary
 
 if TYPE_CHECKING:
     from posenc._types import Tensor, TorchDType
@@ -175,16 +175,28 @@ def rope_grid(
             + i * (bottom - top) / n`` (the originals' ``numpy.linspace(top, bottom, n,
             endpoint=False)``: a crop of a base grid, HunyuanDiT and CogVideoX 1.0), the axes
             before them ``0 … n - 1``. Excludes ``start`` and ``step``.
-        dtype: output dtype (default float32, or torch's default dtype).
-        device: the torch device of the result (torch output).
-        like: an array whose library and device the result follows.
-        compat: the family's own arithmetic, bit for bit on CPU torch (its positions
-            included): ``"diffusers"`` (``"diffusers-mps"``: Wan's float32 tables on a host
-            with MPS), ``"transformers"``, ``"timm"``; ``posenc.preset(name).originals`` lists
-            a family's modes. Default: exact.
+        dtype: output dtype (default float32 for NumPy output, torch's default dtype for
+            torch output); a torch dtype makes the output torch.
+        device: the torch device of the result; giving one makes the output torch.
+        like: an array whose library and device the result follows (not its dtype).
+        compat: the family's own arithmetic, its positions included: ``"diffusers"``
+            (``"diffusers-mps"``: Wan's and Lumina-Image-2.0's float32 tables on a host with
+            MPS), ``"transformers"``, ``"timm"``; ``posenc.preset(name).originals`` lists a
+            family's modes. The replay runs torch ops on ``device`` (else ``like``'s, else
+            the CPU), checked bit for bit against the originals on CPU torch, and its values
+            are cast to ``dtype``: the original's bits in a dtype that holds them (float32
+            tables in float32 or float64; Lumina-Image-2.0's float64 ones only in float64).
+            Only grid positions ``start + i * step`` the original can produce are taken;
+            positions no grid holds (ids) are replayed by :func:`posenc.torch.patch`
+            (``compat="original"``). Default: exact.
 
     Returns:
-        ``(cos, sin)``, each ``[prod(shape), dim]`` (``dim / 2`` compact).
+        ``(cos, sin)``, each ``[prod(shape), dim]`` (``dim / 2`` compact). NumPy arrays,
+        unless a torch ``dtype``, a ``device`` or a torch ``like`` is given: then torch
+        tensors on ``device`` (else ``like``'s device, else the CPU). Without ``compat`` a
+        JAX (or other array API) ``like`` gives its library; with ``compat`` the output is
+        NumPy or torch (bfloat16 only as torch), whatever computed it. In ``dtype``, by
+        default float32 (NumPy) or torch's default dtype (torch).
 
     Examples:
         >>> cos, sin = posenc.rope_grid((21, 45, 80), 128, preset="wan")   # 720p, 81 frames
@@ -201,7 +213,7 @@ def rope_grid(
             "(wan, hunyuan-video, cogvideox, hunyuan-dit, flux, qwen2-vl-vision, pixtral, …)"
         )
     k = r.ndim
-    dims = grid_shape(shape, k)
+    dims = grid_shape(shape, k, axes=grid_axes_rule(r))
     read = block_axes_of(block_axes, preset, k)  # the grid axis of each block
     recipe = get_rotary_preset(preset).positions if preset is not None else None
     if recipe is not None and crop is None:  # the family's coordinates, where none are given
@@ -217,11 +229,13 @@ def rope_grid(
                 f"(posenc.preset(name).originals), got preset={show(preset)}"
             )
         compat = check_choice("compat", compat, family.originals)
-        from posenc.compat.grid import GridCall  # torch code: only for compat
+        from posenc.compat.grid import GridCall, compat_grid  # torch code: only for compat
 
-        original = importlib.import_module(ORIGINALS[compat])
         call = GridCall(family.name, compat, tuple(dims), r, tuple(read), tuple(starts),
                         tuple(steps), crop is not None, dtype, device, like)  # fmt: skip
+        if 0 in dims:  # no row to replay (an empty axis has no positions to check either)
+            return compat_grid(_no_rows, call)
+        original = importlib.import_module(ORIGINALS[compat])
         return original.rotary_grid(call)  # type: ignore[no-any-return]
     axes = [Progression(starts[g], steps[g], dims[g]) for g in read]
     order = [read.index(g) for g in range(k)]
@@ -231,6 +245,17 @@ def rope_grid(
                                 device=device, like=like)  # fmt: skip
     w = r.width
     return both[:, :w], both[:, w:]
+
+
+def _no_rows(device: Any) -> Any:
+    raise AssertionError("an empty grid is never computed")  # pragma: no cover
+
+
+def grid_axes_rule(r: Rotary) -> str:
+    """Why a grid under ``r`` has ``r.ndim`` axes (for :func:`grid_shape`'s message)."""
+    if r.axes_dim is None:  # LTX-Video's one ladder over its coordinates
+        return "for this preset"
+    return f"(one per block of axes_dim {r.axes_dim})"
 
 
 def block_axes_of(given: Any, preset: str | None, k: int) -> list[int]:

@@ -53,8 +53,8 @@ def grid_tables(
         shape[a] = dims[a]
         parts_cos.append(cos.reshape(shape).expand(*dims, d))
         parts_sin.append(sin.reshape(shape).expand(*dims, d))
-    n = math.prod(dims)
-    return torch.cat(parts_cos, dim=-1).reshape(n, -1), torch.cat(parts_sin, dim=-1).reshape(n, -1)
+    cos, sin = torch.cat(parts_cos, dim=-1), torch.cat(parts_sin, dim=-1)
+    return cos.flatten(0, -2), sin.flatten(0, -2)  # [n, width] (an empty grid too)
 
 
 def ladder(d: int, theta: float, dtype: torch.dtype = torch.float32, device: Any = None
@@ -81,7 +81,7 @@ def complex_grid(
         shape = [1] * len(dims) + [d // 2]
         shape[a] = dims[a]
         parts.append(torch.polar(torch.ones_like(angles), angles).reshape(shape).expand(*dims, -1))
-    return torch.cat(parts, dim=-1).reshape(math.prod(dims), -1)
+    return torch.cat(parts, dim=-1).flatten(0, -2)  # [n, width] (an empty grid too)
 
 
 QWEN21_RANGE = (-1024, 8192)

@@ -42,8 +42,11 @@ def compat_grid(
     unless torch is asked for (a torch ``dtype``, ``device`` or ``like``). The default dtype
     is the exact mode's: float32 for NumPy, torch's default dtype for torch (the values are
     the original's, only held in it). A call past the rows of the family's table
-    (:data:`TABLES`) is refused first."""
-    check_rows(call)
+    (:data:`TABLES`) is refused first; a grid with an empty axis has no rows to replay: its
+    tables are empty, as the exact mode's."""
+    empty = 0 in call.dims
+    if not empty:
+        check_rows(call)
     dtype, device, like = call.dtype, call.device, call.like
     out_device = like.device if isinstance(like, torch.Tensor) and device is None else device
     work = torch.device(out_device) if out_device is not None else torch.device("cpu")
@@ -51,7 +54,10 @@ def compat_grid(
         isinstance(dtype, torch.dtype) or out_device is not None or isinstance(like, torch.Tensor)
     )
     out = compat_dtype(dtype, torch.get_default_dtype() if torch_out else torch.float32)
-    cos, sin = compute(work)
+    if empty:
+        cos = sin = torch.zeros(0, call.r.width, dtype=out, device=work)
+    else:
+        cos, sin = compute(work)
     pair = compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)
     return pair[0], pair[1]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -142,15 +142,42 @@ def grid_axes(
     return axes
 
 
-def grid_shape(shape: Any, ndim: int | None) -> tuple[int, ...]:
-    """``shape`` as a tuple of sizes (an int means a square or cube of ``ndim`` axes)."""
+def grid_shape(
+    shape: Any,
+    ndim: int | None,
+    *,
+    name: str = "shape",
+    axes: str = "for this preset",
+    symbolic: type | tuple[type, ...] = (),
+) -> tuple[int, ...]:
+    """``shape`` as a tuple of sizes (an int means a square or cube of ``ndim`` axes): the one
+    check of a grid's shape, made by every function and module that takes one
+    (``posenc.grid``, ``posenc.rope_grid``, ``GridEncoding``, ``AxialRotaryEmbedding``, the
+    stand-ins that take a grid).
+
+    Each size must be an integer >= 0 (0 gives an empty grid: a table with no rows); bools,
+    floats and strings are refused, and so are more than ``MAX_AXES`` axes or, with ``ndim``,
+    another number of axes.
+
+    Args:
+        shape: the grid's sizes, first axis outermost.
+        ndim: the number of axes the encoding takes, or None for any.
+        name: the argument as its caller names it (``grid``, ``fhw``), for the messages.
+        axes: why there are ``ndim`` axes, the words after "must have k axes".
+        symbolic: the type of a size known only when a traced graph runs (``torch.SymInt``
+            under ``torch.export``): taken as it is, since reading it would fix the graph to
+            one size; the eager calls check the values.
+    """
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (shape,) * (ndim or 1)
     if not isinstance(shape, (tuple, list)) or not shape:
-        raise PosencError(f"`shape` must be an int or a non-empty tuple of ints, got {shape!r}")
+        raise PosencError(f"`{name}` must be an int or a non-empty tuple of ints, got {shape!r}")
     if len(shape) > MAX_AXES:
-        raise PosencError(f"`shape` must have at most {MAX_AXES} axes, got {len(shape)}")
-    dims = tuple(check_int(f"shape[{i}]", s) for i, s in enumerate(shape))
+        raise PosencError(f"`{name}` must have at most {MAX_AXES} axes, got {len(shape)}")
+    dims = tuple(
+        cast(int, s) if isinstance(s, symbolic) else check_int(f"{name}[{i}]", s)
+        for i, s in enumerate(shape)
+    )  # a symbolic size stands for an int
     if ndim is not None and len(dims) != ndim:
-        raise PosencError(f"`shape` must have {ndim} axes for this preset, got {tuple(shape)}")
+        raise PosencError(f"`{name}` must have {ndim} axes {axes}, got {tuple(shape)}")
     return dims

@@ -15,6 +15,7 @@ from posenc.api.rope import rope
 from posenc.api.rope_grid import rope_grid
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
+from posenc.evaluate.positions import grid_shape
 from posenc.torch.axial import AxialRotaryEmbedding
 
 
@@ -141,14 +142,21 @@ class QwenImageRope(nn.Module):
         table = torch.cat([t for t, _ in images], dim=0)
         return table, self._text(largest, int(max_txt_seq_len), device)
 
-    @staticmethod
-    def shapes(video_fhw: Any) -> list[Any]:
-        """The ``(F, H, W)`` of each image of ``video_fhw`` (the first batch item's list)."""
+    def shapes(self, video_fhw: Any) -> list[tuple[int, ...]]:
+        """The ``(F, H, W)`` of each image of ``video_fhw`` (the first batch item's list),
+        each checked as :func:`posenc.rope_grid` checks a grid, before any table is made."""
+        name = "video_fhw"
         if isinstance(video_fhw, list):
-            video_fhw = video_fhw[0]
-        return video_fhw if isinstance(video_fhw, list) else [video_fhw]
+            video_fhw, name = video_fhw[0], "video_fhw[0]"
+        if isinstance(video_fhw, list):
+            names = [f"{name}[{i}]" for i in range(len(video_fhw))]
+        else:
+            video_fhw, names = [video_fhw], [name]
+        axes = f"(one per block of axes_dim {self.axes_dim})"
+        return [grid_shape(fhw, len(self.axes_dim), name=label, axes=axes)
+                for label, fhw in zip(names, video_fhw, strict=True)]  # fmt: skip
 
-    def _image(self, fhw: Any, frame: int, device: Any) -> tuple[Tensor, int]:
+    def _image(self, fhw: tuple[int, ...], frame: int, device: Any) -> tuple[Tensor, int]:
         """One image's table, its frames from ``frame``, and its half-side (its side without
         ``scale_rope``): what the text positions start after."""
         f, h, w = fhw

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from posenc.api.rope import rope
 from posenc.compat import timm as original
-from posenc.errors import PosencError
+from posenc.evaluate.positions import grid_shape
 from posenc.spec.presets.vision_timm import mrope_sections
 from posenc.torch._base import _Tracked
 
@@ -57,9 +57,7 @@ class TimmMRopeEmbedding(_Tracked):
 
     def get_embed(self, shape: Sequence[int], dtype: torch.dtype | None = None) -> Tensor:
         """``cat(sin, cos)`` ``[H * W, 2 * dim]`` of the grid ``shape`` (halves layout)."""
-        if len(shape) != 2:
-            raise PosencError(f"`shape`: timm's MRoPE tables are of (H, W) grids, got {shape}")
-        h, w = (int(s) for s in shape)
+        h, w = grid_shape(shape, 2, axes="(H, W): timm's MRoPE tables are of 2D grids")
         if self.compat:
             row_col = (self.mrope_section[1], self.mrope_section[2])
             sin, cos = original.mrope_tables((h, w), self.dim, row_col,

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from posenc.api.rope_grid import rope_grid
 from posenc.errors import PosencError
+from posenc.evaluate.positions import grid_shape
 from posenc.spec.rotary import rotary
 from posenc.torch._base import _Tracked
 
@@ -75,13 +76,16 @@ class TimmRope:
         elif self.kind == DINOV3:
             dims = {"separate": (h, w), "max": (max(h, w),) * 2, "min": (min(h, w),) * 2}
             denoms = dims[self.normalize_coords]
-            steps = tuple(2.0 / d for d in denoms)  # ((i + 0.5 + offset) / d) * 2 - 1:
-            starts = tuple((0.5 + self.grid_offset - d / 2) * s  # a middle patch at exactly 0
+            # ((i + 0.5 + offset) / d) * 2 - 1: a middle patch at exactly 0 (an empty axis
+            # has no positions: any step)
+            steps = tuple(2.0 / d if d else 1.0 for d in denoms)
+            starts = tuple((0.5 + self.grid_offset - d / 2) * s
                            for d, s in zip(denoms, steps, strict=True))  # fmt: skip
         elif self.ref_feat_shape is None:
             steps, starts = (1.0, 1.0), (self.grid_offset,) * 2
         else:
-            steps = tuple(r / n for r, n in zip(self.ref_feat_shape, (h, w), strict=True))
+            steps = tuple(r / n if n else 1.0
+                          for r, n in zip(self.ref_feat_shape, (h, w), strict=True))  # fmt: skip
             starts = tuple(self.grid_offset * s for s in steps)
         return {"preset": self.preset, "base": base,
                 "layout": "halves" if self.rotate_half else "interleaved",
@@ -174,24 +178,29 @@ class TimmRotaryEmbedding(_Tracked):
 
     # -- tables
 
+    @staticmethod
+    def _grid(shape: Any) -> tuple[int, ...]:
+        """``shape`` checked as :func:`posenc.rope_grid` checks a grid: ``(H, W)``, integers
+        >= 0."""
+        return grid_shape(shape, 2, axes="(H, W): timm's rotary tables are of 2D grids")
+
     def _replayed(
         self, shape: Sequence[int], dtype: torch.dtype, device: Any
     ) -> tuple[Tensor, ...]:
         """timm's float32 ``(sin, cos)`` of ``shape``, computed on ``device``, cast to
         ``dtype``."""
-        cos, sin = rope_grid(tuple(int(s) for s in shape), self.dim, compat="timm",
-                             dtype=torch.float32, device=device,
-                             **self.rope.grid_options(shape))  # fmt: skip
+        dims = self._grid(shape)
+        cos, sin = rope_grid(dims, self.dim, compat="timm", dtype=torch.float32, device=device,
+                             **self.rope.grid_options(dims))  # fmt: skip
         return sin.to(dtype), cos.to(dtype)
 
     def _tables(self, shape: Sequence[int], dtype: torch.dtype) -> tuple[Tensor, ...]:
         """``(sin, cos)`` of the grid ``shape`` in ``dtype`` on the module's device."""
-        if len(shape) != 2:
-            raise PosencError(f"timm's rotary tables are of 2D grids, got shape {tuple(shape)}")
+        dims = self._grid(shape)
         if self.compat:
-            return self._replayed(shape, dtype, self._device)
-        cos, sin = rope_grid(tuple(int(s) for s in shape), self.dim, dtype=dtype,
-                             device=self._device, **self.rope.grid_options(shape))  # fmt: skip
+            return self._replayed(dims, dtype, self._device)
+        cos, sin = rope_grid(dims, self.dim, dtype=dtype, device=self._device,
+                             **self.rope.grid_options(dims))  # fmt: skip
         return sin, cos
 
     def _cached(self) -> tuple[Tensor, ...]:

@@ -18,6 +18,7 @@ from posenc.api.rope_grid import rope_grid
 from posenc.compat import diffusers_video as original
 from posenc.compat.diffusers import wide_dtype
 from posenc.errors import PosencError
+from posenc.evaluate.positions import grid_shape
 from posenc.torch._diffusers_rope import QwenImageRope, VideoRope
 
 
@@ -253,13 +254,16 @@ class Qwen21Rope(nn.Module):
         self.theta, self.axes_dim, self.compat = theta, tuple(axes_dim), compat
         rope_grid((1, 1, 1), sum(axes_dim), axes_dim=axes_dim, base=theta)  # refused if not
 
-    @staticmethod
-    def ids(img_shapes: Sequence[Sequence[int]], image_pad_mask: Tensor) -> Tensor:
-        """Each token's ``(t, h, w)`` position ``[N, 3]`` (int64)."""
+    def ids(self, img_shapes: Sequence[Sequence[int]], image_pad_mask: Tensor) -> Tensor:
+        """Each token's ``(t, h, w)`` position ``[N, 3]`` (int64); each image's ``(F, H, W)``
+        checked first, as :func:`posenc.rope_grid` checks a grid."""
+        axes = f"(one per block of axes_dim {self.axes_dim})"
+        grids = [grid_shape(fhw, len(self.axes_dim), name=f"img_shapes[{i}]", axes=axes)
+                 for i, fhw in enumerate(img_shapes)]  # fmt: skip
         mask = image_pad_mask.reshape(-1).tolist()
         out = torch.zeros(len(mask), 3, dtype=torch.long)
         cursor = position = 0
-        for _, h, w in img_shapes:
+        for _, h, w in grids:
             if True not in mask[cursor:]:
                 raise PosencError(f"`image_pad_mask` has no image block after token {cursor}")
             first = mask.index(True, cursor)

@@ -17,6 +17,7 @@ from posenc.api.rope_grid import rope_grid
 from posenc.compat import diffusers_video as original
 from posenc.compat.diffusers import wide_dtype
 from posenc.errors import PosencError
+from posenc.evaluate.positions import grid_shape
 
 
 class SanaWMRope(nn.Module):
@@ -32,16 +33,23 @@ class SanaWMRope(nn.Module):
         self.compat = compat
         rope_grid((1, 1, 1), dim, preset="wan", axes_dim=axes_dim, base=theta)  # refused if not
 
+    def grid(self, fhw: Any) -> tuple[int, ...]:
+        """``fhw`` checked as :func:`posenc.rope_grid` checks a grid: one integer >= 0 per
+        block of ``axes_dim``."""
+        return grid_shape(fhw, len(self.axes_dim), name="fhw",
+                          axes=f"(one per block of axes_dim {self.axes_dim})")  # fmt: skip
+
     def table(self, fhw: Sequence[int], device: Any) -> Tensor:
         """The complex table ``[F * H * W, D / 2]`` of the patched grid ``fhw``."""
+        dims = self.grid(fhw)
         device = torch.device("cpu") if device is None else torch.device(device)
         wide = wide_dtype(device) if self.wide else torch.float32
         if self.compat is not None:
-            pos = [torch.arange(int(n), device=device) for n in fhw]
+            pos = [torch.arange(n, device=device) for n in dims]
             return original.complex_grid(pos, self.axes_dim, self.theta, wide=wide)
-        cos, sin = rope_grid(tuple(int(n) for n in fhw), self.dim, preset="wan",
-                             axes_dim=self.axes_dim, base=self.theta, layout="compact",
-                             dtype=wide, device=device)  # fmt: skip
+        cos, sin = rope_grid(dims, self.dim, preset="wan", axes_dim=self.axes_dim,
+                             base=self.theta, layout="compact", dtype=wide,
+                             device=device)  # fmt: skip
         return torch.complex(cos, sin)
 
     def forward(self, fhw: Sequence[int], device: Any = None) -> Tensor:
@@ -86,6 +94,7 @@ class AnyFlowCausalRope(SanaWMRope):
 
     def compressed(self, fhw: Sequence[int], device: Any) -> Tensor:
         """The compressed grid's table ``[F * H * W, D / 2]``."""
+        fhw = self.grid(fhw)
         device = torch.device("cpu") if device is None else torch.device(device)
         wide = wide_dtype(device)
         if self.compat is not None:
@@ -97,7 +106,7 @@ class AnyFlowCausalRope(SanaWMRope):
                 shape = [1, 1, 1, d // 2]
                 shape[a] = n
                 parts.append(rows.reshape(shape).expand(*fhw, -1))
-            return torch.cat(parts, dim=-1).reshape(math.prod(fhw), -1)
+            return torch.cat(parts, dim=-1).flatten(0, -2)  # [n, width] (an empty grid too)
         cos, sin = rope_grid(tuple(fhw), self.dim, preset="wan", axes_dim=self.axes_dim,
                              base=self.theta, layout="compact", dtype=wide, device=device,
                              start=[(k - 1) / 2 for k in self.pool],
@@ -108,10 +117,12 @@ class AnyFlowCausalRope(SanaWMRope):
         self, far_cfg: Any, device: Any = None, clean_hidden_states: Any = None
     ) -> dict[str, Tensor]:
         """The tables of the compressed and full frames ``far_cfg`` describes."""
-        total, cut = int(far_cfg["total_frames"]), int(far_cfg["num_compressed_frames"])
-        full_hw, small_hw = far_cfg["full_frame_shape"], far_cfg["compressed_frame_shape"]
-        full = self.table((total, *full_hw), device).reshape(total, -1, self.dim // 2)
-        small = self.compressed((total, *small_hw), device).reshape(total, -1, self.dim // 2)
+        frames, cut = far_cfg["total_frames"], int(far_cfg["num_compressed_frames"])
+        full_fhw = self.grid((frames, *far_cfg["full_frame_shape"]))
+        small_fhw = self.grid((frames, *far_cfg["compressed_frame_shape"]))
+        total, d = full_fhw[0], self.dim // 2
+        full = self.table(full_fhw, device).reshape(total, math.prod(full_fhw[1:]), d)
+        small = self.compressed(small_fhw, device).reshape(total, math.prod(small_fhw[1:]), d)
         parts = [small[:cut].flatten(0, 1), full[cut:].flatten(0, 1)]
         if clean_hidden_states is not None:
             parts.append(parts[1])

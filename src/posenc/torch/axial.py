@@ -18,8 +18,9 @@ import torch
 from torch import Tensor
 
 from posenc import evaluate
-from posenc.api.rope_grid import block_axes_of, per_axis, rope_grid
+from posenc.api.rope_grid import block_axes_of, grid_axes_rule, per_axis, rope_grid
 from posenc.errors import PosencError, check_int
+from posenc.evaluate.positions import grid_shape
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.rotary import rotary
 from posenc.torch._base import _Tracked
@@ -130,38 +131,36 @@ class AxialRotaryEmbedding(_Tracked):
         """Rebuild the kept tables (they hold no learned state)."""
         self._moved()
 
-    def forward(self, shape: Sequence[int], *, dtype: torch.dtype | None = None) -> Any:
-        """``(cos, sin)`` of every token of the grid ``shape`` (first axis outermost), each
-        ``[prod(shape), dim]`` in ``dtype`` (default: the module's, float32 unless moved) on
-        the module's device."""
+    def forward(self, shape: int | Sequence[int], *, dtype: torch.dtype | None = None) -> Any:
+        """``(cos, sin)`` of every token of the grid ``shape`` (first axis outermost; an int: a
+        square or cube), each ``[prod(shape), dim]`` in ``dtype`` (default: the module's,
+        float32 unless moved) on the module's device. ``shape`` is checked as
+        :func:`posenc.rope_grid` checks it: one integer >= 0 per block of ``axes_dim`` (an
+        axis of 0 gives tables of no rows)."""
         dtype = self._dtype if dtype is None else dtype
-        k = len(self.block_axes)
-        if len(shape) != k:
-            raise PosencError(
-                f"`shape` must have {k} axes (one per block of axes_dim "
-                f"{self.rotary.axes_dim}), got {tuple(shape)}"
-            )
+        r = self.rotary
+        dims = grid_shape(shape, len(self.block_axes), axes=grid_axes_rule(r),
+                          symbolic=torch.SymInt)  # fmt: skip
         if self._recipe is not None:  # positions set by the grid's size: no rows to keep
-            r = self.rotary
             start, step = self._given
-            return rope_grid(tuple(shape), r.dim, preset=self.preset, base=r.base,
+            return rope_grid(dims, r.dim, preset=self.preset, base=r.base,
                              layout=r.layout, blocks=r.blocks, axes_dim=r.axes_dim,
                              axes_scale=r.axes_scale, axes_base=r.axes_base,
                              block_axes=self.block_axes, start=start, step=step, dtype=dtype,
                              device=self._device)  # fmt: skip
-        r, nf = self.rotary, self.rotary.dim // 2
-        out = [torch.empty(*shape, r.width, dtype=dtype, device=self._device) for _ in (0, 1)]
+        nf, k = r.dim // 2, len(dims)
+        out = [torch.empty(*dims, r.width, dtype=dtype, device=self._device) for _ in (0, 1)]
         first = 0
         for a, g in enumerate(self.block_axes):
-            rows = self._kept[a].run(0, shape[g], dtype, self._device)  # [n_g, 2 * n_a]
+            rows = self._kept[a].run(0, dims[g], dtype, self._device)  # [n_g, 2 * n_a]
             na = rows.shape[-1] // 2
             view = [1] * k + [na]
-            view[g] = shape[g]
+            view[g] = dims[g]
             for t, part in zip(out, (rows[:, :na], rows[:, na:]), strict=True):
                 _place(t, part.reshape(view), r.layout, nf, first, first + na, r.blocks)
             first += na
-        n = math.prod(shape)
-        return out[0].reshape(n, -1), out[1].reshape(n, -1)
+        n = math.prod(dims)
+        return out[0].reshape(n, r.width), out[1].reshape(n, r.width)
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
         __call__ = forward

@@ -85,7 +85,7 @@ class GridEncoding(_Module):
         self, grid: tuple[int, ...], *, dtype: torch.dtype | None = None, device: Any = None
     ) -> Tensor:
         """``[extra + prod(grid), d]``: the rows ``forward`` adds."""
-        dims = grid_shape(tuple(grid), self.enc.ndim)
+        dims = self._grid(grid)
         crop = None if self.pos_embed_max_size is None else (self.pos_embed_max_size,) * len(dims)
         full = evaluate.grid(
             self._plan_for(len(dims)),
@@ -98,6 +98,10 @@ class GridEncoding(_Module):
             on_device=True,
         )
         return self._lead(full[self._core_extra :])
+
+    def _grid(self, grid: Any) -> tuple[int, ...]:
+        """``grid`` checked as ``posenc.grid`` checks its ``shape``."""
+        return grid_shape(grid, self.enc.ndim, name="grid")
 
     def _expected_table(self, rows: int) -> np.ndarray | str:
         side = math.isqrt(max(rows - self.extra, 0))
@@ -123,20 +127,22 @@ class GridEncoding(_Module):
 
         Args:
             x: ``[b, extra + prod(grid), dim]`` tokens (class/register tokens first).
-            grid: the patch grid, e.g. ``(14, 14)``; any size, no interpolation needed.
+            grid: the patch grid, e.g. ``(14, 14)``; any size, no interpolation needed,
+                checked as ``posenc.grid`` checks ``shape`` (integers >= 0).
 
         Returns:
             A tensor shaped like ``x``.
         """
         if x.ndim != 3 or x.shape[-1] != self.width:
             raise PosencError(f"`x` must be [batch, tokens, {self.width}], got {tuple(x.shape)}")
-        want = self.extra + math.prod(grid)
+        dims = self._grid(grid)
+        want = self.extra + math.prod(dims)
         if x.shape[1] != want:
             raise PosencError(
-                f"`x` must have {want} tokens for grid {tuple(grid)} "
+                f"`x` must have {want} tokens for grid {dims} "
                 f"({self.extra} extra), got {x.shape[1]}"
             )
-        return x + self.encoding(grid, dtype=x.dtype, device=x.device)
+        return x + self.encoding(dims, dtype=x.dtype, device=x.device)
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
         __call__ = forward
