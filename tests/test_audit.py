@@ -14,7 +14,27 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.test_cli import assert_one_line_error, run
+from tests.test_cli import assert_one_line_error
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = (
+    "import sys; from tests.environment import prepare; prepare(); "
+    "from posenc.app.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``posenc ARGS`` in a fresh process, as tests/test_cli.run, with the libraries this
+    machine's torch needs importable (tests/environment.py): the audit builds the models it
+    reads on the meta device when transformers or diffusers imports."""
+    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, check=False)  # fmt: skip
+
+
+def encodings(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``--json`` records of encodings (the rest carry the notes alone)."""
+    return [r for r in records if r["encoding"] is not None]
+
 
 torch = pytest.importorskip("torch")
 
@@ -33,7 +53,8 @@ def _transformers_configs(root: Path) -> None:
     T = pytest.importorskip("transformers")
     T.logging.set_verbosity_error()
     _hf(root / "llama31", T.LlamaConfig(**SMALL, max_position_embeddings=131072,
-                                        rope_parameters=dict(LLAMA3)))  # fmt: skip
+                                        rope_parameters=dict(LLAMA3),
+                                        architectures=["LlamaForCausalLM"]))  # fmt: skip
     yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
             "rope_theta": 1000000.0}  # fmt: skip
     _hf(root / "qwen2", T.Qwen2Config(**SMALL, max_position_embeddings=131072,
@@ -48,13 +69,14 @@ def _transformers_configs(root: Path) -> None:
                 "long_factor": [1.0 + 0.25 * i for i in range(32)]}  # fmt: skip
     _hf(root / "phi3", T.Phi3Config(**SMALL, max_position_embeddings=131072,
                                     original_max_position_embeddings=4096,
-                                    rope_parameters=longrope))  # fmt: skip
+                                    rope_parameters=longrope, pad_token_id=0))  # fmt: skip
     text = {**SMALL, "max_position_embeddings": 32768, "rope_parameters": {
         "rope_type": "default", "mrope_section": [8, 12, 12], "rope_theta": 1000000.0}}  # fmt: skip
     vision = {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2}
     _hf(root / "qwen2vl", T.Qwen2VLConfig(text_config=text, vision_config=vision))
     small = {"d_model": 64, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 100,
-             "encoder_attention_heads": 2, "decoder_attention_heads": 2}  # fmt: skip
+             "encoder_attention_heads": 2, "decoder_attention_heads": 2, "pad_token_id": 1,
+             "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 0}  # fmt: skip
     _hf(root / "whisper", T.WhisperConfig(**small, max_source_positions=1500))
     _hf(root / "marian", T.MarianConfig(**small, max_position_embeddings=512))
     mae = {"hidden_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1}
@@ -130,7 +152,7 @@ ROTARY = ("llama31", "qwen2", "gemma3", "neox", "phi3", "qwen2vl")
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_encoding_is_named_with_its_figures(models, root, name):
-    records = audit(root, name, as_json=True)
+    records = encodings(audit(root, name, as_json=True))
     assert len(records) == len(EXPECTED[name])
     for r, (encoding, equivalent) in zip(records, EXPECTED[name], strict=True):
         assert encoding in r["encoding"], r
@@ -161,7 +183,7 @@ def test_each_encoding_is_named_with_its_figures(models, root, name):
 
 
 def test_per_layer_types_and_alternatives(models, root):
-    gemma = audit(root, "gemma3", as_json=True)
+    gemma = encodings(audit(root, "gemma3", as_json=True))
     assert [r["where"] for r in gemma] == [
         "rotary_emb (full_attention layers)",
         "rotary_emb (sliding_attention layers)",
@@ -179,7 +201,7 @@ def test_the_table_carries_the_json_numbers(models, root, name):
     from posenc.app.audit import number
 
     table = audit(root, name)
-    records = audit(root, name, as_json=True)
+    records = encodings(audit(root, name, as_json=True))
     rows = table.splitlines()
     for i, r in enumerate(records, 1):
         row = next(line for line in rows if line.startswith(f"{i} "))
@@ -263,7 +285,7 @@ def test_an_unknown_rotary_model_is_audited_as_generic(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     proc = run("audit", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
-    (record,) = json.loads(proc.stdout)
+    (record,) = encodings(json.loads(proc.stdout))
     assert "generic rotary model" in record["note"]
     assert record["alternative"] is None
     assert 1e-6 < record["float32_error"] < 1e-2
@@ -295,7 +317,7 @@ def test_without_torch_the_encodings_are_listed_unmeasured(models, root):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    (record,) = json.loads(proc.stdout)
+    (record,) = encodings(json.loads(proc.stdout))
     assert record["float32_error"] is None
     assert "pip install torch" in record["note"]
     assert record["equivalent"] == "posenc.table(1500, 64, preset='whisper')"
@@ -391,3 +413,161 @@ def test_timm_configs(tmp_path):
     cfg["architecture"] = "vit_base_patch16_rope_mixed_224.naver_in1k"
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert_one_line_error(run("audit", str(tmp_path)), "learned frequencies")
+
+
+# ---------------------------------------------------------------------------------------------
+# what the audit says about fixing a model comes from patch, on the model built from the config
+
+
+def _write(folder: Path, cfg: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg, default=str))
+    return folder
+
+
+def _transformers_config(config: Any, architecture: str | None = None) -> dict[str, Any]:
+    cfg = json.loads(config.to_json_string(use_diff=False))
+    if architecture:
+        cfg["architectures"] = [architecture]
+    return cfg
+
+
+def _diffusers_config(cls: Any, **kw: Any) -> dict[str, Any]:
+    D = pytest.importorskip("diffusers")
+    with torch.device("meta"):
+        model = cls(**kw)
+    return {"_class_name": cls.__name__, "_diffusers_version": D.__version__, **model.config}
+
+
+def _audit_json(folder: Path) -> list[dict[str, Any]]:
+    proc = run("audit", str(folder), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _notes(records: list[dict[str, Any]]) -> list[str]:
+    return [r["note"] for r in records if r["encoding"] is None]
+
+
+def test_the_fix_names_the_module_patch_replaces(tmp_path):
+    T = pytest.importorskip("transformers")
+    cfg = _transformers_config(T.GPTNeoXConfig(**SMALL, max_position_embeddings=2048),
+                               "GPTNeoXForCausalLM")  # fmt: skip
+    records = _audit_json(_write(tmp_path / "neox", cfg))
+    (record,) = encodings(records)
+    assert record["fix"] == "posenc.torch.patch(model) (replaces model.gpt_neox.rotary_emb)"
+    assert record["alternative"].startswith("model.gpt_neox.rotary_emb = ")  # not model.model
+    assert any("GPTNeoXForCausalLM built from the config on the meta device" in n
+               for n in _notes(records))  # fmt: skip
+
+
+def test_a_llama2_config_is_read_as_transformers_reads_it(tmp_path):
+    """Meta's Llama-2 config.json: no rope_theta, "rope_scaling": null (base 10000)."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+           "intermediate_size": 512, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "num_key_value_heads": 4, "max_position_embeddings": 4096, "rope_scaling": None,
+           "vocab_size": 1000, "torch_dtype": "float16"}  # fmt: skip
+    (record,) = encodings(_audit_json(_write(tmp_path / "llama2", cfg)))
+    assert record["encoding"] == "rotary default, d=64, base 10000"
+    assert record["fix"].endswith("(replaces model.model.rotary_emb)")
+
+
+def test_a_module_patch_leaves_alone_gets_no_fix(tmp_path):
+    T = pytest.importorskip("transformers")
+    cfg = _transformers_config(T.FalconConfig(hidden_size=256, num_attention_heads=4,
+                                              num_hidden_layers=2, vocab_size=1000),
+                               "FalconForCausalLM")  # fmt: skip
+    (record,) = encodings(_audit_json(_write(tmp_path / "falcon", cfg)))
+    assert record["fix"].startswith("none: posenc.torch.patch leaves it alone: not covered yet")
+    assert record["alternative"] is None
+
+
+def test_gemma3_full_attention_is_not_given_another_familys_preset(tmp_path):
+    T = pytest.importorskip("transformers")
+    layers = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}  # fmt: skip
+    cfg = _transformers_config(T.Gemma3TextConfig(**{**SMALL, "num_key_value_heads": 1},
+                                                  head_dim=64, max_position_embeddings=8192,
+                                                  rope_parameters=layers))  # fmt: skip
+    full, _ = encodings(_audit_json(_write(tmp_path / "gemma3", cfg)))
+    assert full["equivalent"] == "posenc.rope(ids, 64, base=1000000.0)"  # not preset='qwen2'
+
+
+def test_diffusers_findings_follow_the_model_its_config_builds(tmp_path):
+    D = pytest.importorskip("diffusers")
+    small = {"num_attention_heads": 2, "attention_head_dim": 16}
+    aura = _audit_json(_write(tmp_path / "aura", _diffusers_config(
+        D.AuraFlowTransformer2DModel, sample_size=32, patch_size=2, in_channels=4,
+        num_mmdit_layers=1, num_single_dit_layers=1, joint_attention_dim=32,
+        caption_projection_dim=32, out_channels=4, pos_embed_max_size=256, **small)))  # fmt: skip
+    assert not [r for r in encodings(aura) if "pos_embed" in r["where"]]  # learned: dropped
+    notes = "\n".join(_notes(aura))
+    assert "pos_embed.pos_embed: a learned table" in notes
+    assert "patch: time_step_embed (Timesteps) replaced (exact)" in notes
+    assert "GiB" not in json.dumps(aura)  # nothing about this machine
+    sana = _audit_json(_write(tmp_path / "sana", _diffusers_config(
+        D.SanaTransformer2DModel, in_channels=4, out_channels=4, num_layers=1,
+        num_cross_attention_heads=2, cross_attention_head_dim=16, cross_attention_dim=32,
+        caption_channels=32, sample_size=32, interpolation_scale=None, **small)))  # fmt: skip
+    assert not [r for r in encodings(sana) if "pos_embed" in r["where"]]  # no such table
+    notes = "\n".join(_notes(sana))
+    assert "time_embed.emb.time_proj (Timesteps) replaced (exact)" in notes
+    assert "HunyuanDiT" not in notes
+    cog = _audit_json(_write(tmp_path / "cog", _diffusers_config(
+        D.CogView3PlusTransformer2DModel, in_channels=4, out_channels=4, num_layers=1,
+        text_embed_dim=32, time_embed_dim=32, condition_dim=16, sample_size=32,
+        **small)))  # fmt: skip
+    assert not [r for r in encodings(cog) if r["fix"].startswith("posenc.torch.patch(model)")
+                and "pos_embed" in r["where"]]  # fmt: skip
+    assert "patch_embed.pos_embed (buffer) left alone: not covered yet" in "\n".join(_notes(cog))
+
+
+def test_an_empty_path_is_one_line():
+    assert_one_line_error(run("audit", ""), "PATH must name a model folder")
+
+
+def test_json_keeps_the_components_not_audited(models, root, tmp_path):
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text(
+        (root / "flux" / "config.json").read_text()
+    )
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "vae" / "config.json").write_text('{"_class_name": "AutoencoderKL"}')
+    index = {"_class_name": "FluxPipeline", "transformer": ["diffusers", "x"],
+             "vae": ["diffusers", "AutoencoderKL"]}  # fmt: skip
+    (tmp_path / "model_index.json").write_text(json.dumps(index))
+    records = _audit_json(tmp_path)
+    assert any(n.startswith("vae (AutoencoderKL): ") for n in _notes(records))
+
+
+def _patched_paths(model: Any) -> set[str]:
+    from posenc.torch import patch
+
+    return {r.path for r in patch(model, dry_run=True).replaced}
+
+
+def _audited_paths(folder: Path) -> set[str]:
+    """The modules the audit says patch replaces: its fix lines and the rest of its report."""
+    import re
+
+    records = _audit_json(folder)
+    named = {p for r in encodings(records) for p in re.findall(r"model\.([\w.]+)", r["fix"])}
+    rest = {m.group(1) for n in _notes(records)
+            if (m := re.search(r"patch: (\S+) \(\w+\) replaced", n))}  # fmt: skip
+    return named | rest
+
+
+@pytest.mark.parametrize("name", ["llama31", "qwen2", "neox", "phi3", "whisper", "marian",
+                                  "unet", "dit", "flux"])  # fmt: skip
+def test_audit_and_patch_name_the_same_modules(models, root, name):
+    """For each model the audit tests build, the modules the audit says patch replaces are
+    the ones patch replaces on the model itself."""
+    if name in models:
+        model = models[name]
+    else:
+        T = pytest.importorskip("transformers")
+        config = T.AutoConfig.from_pretrained(root / name)
+        architectures = [a for a in config.architectures or () if hasattr(T, a)]
+        model = (getattr(T, architectures[0])(config) if architectures
+                 else T.AutoModel.from_config(config))  # fmt: skip
+    assert _audited_paths(root / name) == _patched_paths(model)

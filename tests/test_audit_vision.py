@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from tests import reference
-from tests.test_cli import assert_one_line_error, run
+from tests.test_audit import encodings, run
+from tests.test_cli import assert_one_line_error
 
 torch = pytest.importorskip("torch")
 D = pytest.importorskip("diffusers")
@@ -54,8 +55,7 @@ def _audit(folder: Path, cfg: dict) -> list[dict]:
     (folder / "config.json").write_text(json.dumps(cfg))
     proc = run("audit", str(folder), "--json")
     assert proc.returncode == 0, proc.stderr
-    records: list[dict] = json.loads(proc.stdout)
-    return records
+    return encodings(json.loads(proc.stdout))
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -70,10 +70,15 @@ def test_each_family_is_named_and_measured(tmp_path, name):
 
 
 def test_cogvideox_without_rotary_is_not_called_rotary(tmp_path):
-    """CogVideoX-2B has a fixed 3D sin-cos buffer instead (not audited yet)."""
+    """CogVideoX-2B has a fixed 3D sin-cos buffer instead (not measured yet): no rotary row;
+    patch's report lists its timestep module."""
     cfg = _config("CogVideoXTransformer3DModel", {"use_rotary_positional_embeddings": False})
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(run("audit", str(tmp_path)), "not recognised")
+    proc = run("audit", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(proc.stdout)
+    assert not [r for r in encodings(records) if "rotary" in r["encoding"]]
+    assert any("time_proj (Timesteps) replaced" in r["note"] for r in records if r["note"])
 
 
 def _against_float64(cos, sin, dims, axes, base):

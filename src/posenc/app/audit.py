@@ -26,6 +26,7 @@ from posenc.app.audit_models import (
     timm_findings,
     transformers_findings,
 )
+from posenc.app.audit_patch import PatchView, apply_view, as_read, patch_view
 from posenc.app.audit_vision import timm_vision_findings, vision_findings
 from posenc.errors import PosencError
 
@@ -102,11 +103,13 @@ def _what(cfg: dict[str, Any]) -> str:
 # --- the audit ---------------------------------------------------------------------------------
 
 
-def audit(path: Path) -> tuple[list[Finding], list[str]]:
-    """The records of every encoding found under ``path``, and the components in which none
-    was (with why). Nothing found at all is an error."""
+def audit(path: Path) -> tuple[list[Finding], list[str], list[str]]:
+    """The records of every encoding found under ``path``; the components in which none was
+    (with why); and per component how it was read and what else ``posenc.torch.patch`` says
+    about its model (:mod:`posenc.app.audit_patch`). Nothing found at all is an error."""
     findings: list[Finding] = []
     skipped: list[str] = []
+    notes: list[str] = []
     read_configs = configs(path)
     for component, cfg in read_configs:
         try:
@@ -114,22 +117,31 @@ def audit(path: Path) -> tuple[list[Finding], list[str]]:
         except PosencError as err:
             raise PosencError(f"{str(path)!r} ({component}): {err}") from None
     for component, cfg in read_configs:
+        view = None if is_timm(cfg) else patch_view(cfg)
         diffusers = "_class_name" in cfg or "_diffusers_version" in cfg
         read = _timm if is_timm(cfg) else _diffusers if diffusers else transformers_findings
         try:
-            found = read(cfg, component)
+            found = read(as_read(cfg), component)
         except PosencError as err:
             skipped.append(f"{component} ({_what(cfg)}): {err}")
             continue
+        fixes = False  # patch replaces a module of this component's model
+        if isinstance(view, PatchView):
+            fixes = any(r.replaced for r in view.rows)
+            found, said = apply_view(found, view)
+            notes += [f"{component}: read as {view.how}", *(f"{component}: {s}" for s in said)]
+        elif view is not None:
+            notes.append(f"{component}: the config alone ({view})")
         if not found:
-            skipped.append(f"{component} ({_what(cfg)}): {UNKNOWN}")
+            why = "none measured from its config: patch's report below" if fixes else UNKNOWN
+            skipped.append(f"{component} ({_what(cfg)}): {why}")
         findings += found
-    if not findings:
+    if not findings and not any("patch's report below" in s for s in skipped):
         known = all(s.endswith(UNKNOWN) for s in skipped)
         raise PosencError(f"{str(path)!r}: {'not recognised' if known else 'not audited'}: "
                           f"{'; '.join(skipped)}")  # fmt: skip
     missing = torch_missing()
-    return [_measure(f, missing) for f in findings], skipped
+    return [_measure(f, missing) for f in findings], skipped, notes
 
 
 def _diffusers(cfg: dict[str, Any], component: str) -> list[Finding]:
@@ -168,7 +180,7 @@ def _position(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
 
 
-def render(path: Path, records: list[Finding], skipped: list[str]) -> str:
+def render(path: Path, records: list[Finding], skipped: list[str], notes: list[str]) -> str:
     """The table, then one paragraph per row: its posenc call, what was measured, the fix."""
     head = ("#", "where", "encoding", "largest position", "float32 error", "bf16 .to() error")
     rows = [
@@ -177,8 +189,8 @@ def render(path: Path, records: list[Finding], skipped: list[str]) -> str:
         for i, r in enumerate(records, 1)
     ]  # fmt: skip
     widths = [max(len(row[c]) for row in [head, *rows]) for c in range(len(head))]
-    lines = [f"posenc audit {path}: {len(records)} positional encoding(s)", ""]
-    for row in [head, *rows]:
+    lines = [f"posenc audit {path}: {len(records)} positional encoding(s) measured", ""]
+    for row in [head, *rows] if rows else []:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     for i, r in enumerate(records, 1):
         lines += ["", f"[{i}] {r.component} / {r.where}"]
@@ -191,15 +203,20 @@ def render(path: Path, records: list[Finding], skipped: list[str]) -> str:
             lines.append(f"    note:     {r.note}")
     if skipped:
         lines += ["", "not audited:", *(f"  {s}" for s in skipped)]
+    if notes:
+        lines += ["", "how each component was read, and the rest of patch's report:"]
+        lines += [f"  {s}" for s in notes]
     return "\n".join(lines)
 
 
 def run(path: Path, *, as_json: bool = False) -> int:
     """``posenc audit``: print the table (or the JSON records); 0, or a PosencError."""
-    records, skipped = audit(path)
+    records, skipped, notes = audit(path)
     if as_json:
-        json.dump([{k: getattr(r, k) for k in RECORD} for r in records], sys.stdout, indent=2)
+        out: list[dict[str, Any]] = [{k: getattr(r, k) for k in RECORD} for r in records]
+        out += [{**dict.fromkeys(RECORD), "note": s} for s in [*skipped, *notes]]
+        json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(render(path, records, skipped))
+        print(render(path, records, skipped, notes))
     return 0

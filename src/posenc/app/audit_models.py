@@ -202,13 +202,15 @@ def _rotary_read(cfg: dict[str, Any], component: str, where: str, layer: str | N
         a, b = fig.rotary_figures(kw, n)
         return a, b, None
 
-    return Finding(component, where, label, _rope_call(kw), n - 1, words,
+    return Finding(component, where, label, _rope_call(kw, cfg.get("model_type")), n - 1, words,
                    "transformers float32 (compat='transformers')", PATCH, alt, note,
                    measure=measure)  # fmt: skip
 
 
-def _rope_call(kw: dict[str, Any]) -> str:
-    """``posenc.rope(ids, d, ...)``: by a rotary preset's name where one has these keywords."""
+def _rope_call(kw: dict[str, Any], model_type: Any = None) -> str:
+    """``posenc.rope(ids, d, ...)``: by the name of a rotary preset of the model's own family
+    (``llama3`` for a Llama, not ``qwen2`` for a Gemma whose base is Qwen2's) where one has
+    these keywords, else by the keywords."""
     from posenc.api.presets import presets
     from posenc.spec.presets import get_rotary_preset
 
@@ -217,8 +219,10 @@ def _rope_call(kw: dict[str, Any]) -> str:
     given = {**default, **rest}
     if given.get("sections") is not None:
         given["sections"] = tuple(given["sections"])
+    family = re.sub(r"[^a-z0-9]", "", str(model_type).lower())
     for name in presets("rotary") if given != default else ():
-        if {**default, **get_rotary_preset(name).rotary} == given:
+        own = re.sub(r"[^a-z0-9]", "", name.rstrip("0123456789").lower()) in family
+        if own and {**default, **get_rotary_preset(name).rotary} == given:
             return _call("posenc.rope", "ids", kw["dim"], preset=name)
     shown = {k: v for k, v in rest.items() if default.get(k) != v}
     return _call("posenc.rope", "ids", kw["dim"], **shown)

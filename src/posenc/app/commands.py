@@ -334,6 +334,10 @@ def cmd_identify(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from posenc.app.audit import run
 
+    if not args.path.strip():
+        raise PosencError(
+            "PATH must name a model folder, a pipeline folder or a config.json, got ''"
+        )
     return run(Path(args.path), as_json=args.json)
 
 

@@ -225,8 +225,8 @@ def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return None
     saved = getattr(module, "pos_embed", None)
     if saved is None:  # said here: transformers' `learned` would call it learned
-        return left_alone(name, "no positional table (pos_embed_type=None): the positions "
-                          "are elsewhere (HunyuanDiT's rotary)")  # fmt: skip
+        return left_alone(name, "no positional table (pos_embed_type=None): the model's "
+                          "positions, if any, are in another module")  # fmt: skip
     if isinstance(saved, nn.Parameter) and saved.requires_grad:
         return left_alone("Parameter", LEARNED, "pos_embed")
     m: Any = module

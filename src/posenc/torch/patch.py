@@ -262,7 +262,8 @@ def _apply(
     exact = found.build(None)
     if isinstance(exact, str):
         return Replacement(where, found.original, "", None, None, exact)
-    measure = compare(found.numbers(), found.probe(exact))
+    on_meta = any(t.is_meta for t in (*module.parameters(), *module.buffers()))
+    measure = None if on_meta else compare(found.numbers(), found.probe(exact))
     diff, note = (None, NOT_MEASURED) if measure is None else (measure[0], found.note)
     if diff is not None and not math.isfinite(diff):
         return Replacement(where, found.original, "", None, diff, "non-finite numbers")
