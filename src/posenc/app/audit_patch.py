@@ -76,6 +76,14 @@ def patch_view(cfg: dict[str, Any]) -> PatchView | str:
     return PatchView(how, tuple(report), frozenset(paths))
 
 
+def _hf_config(cfg: dict[str, Any]) -> Any:
+    """transformers' config object of a ``config.json`` dict (its defaults filled in)."""
+    import transformers
+
+    fields = {k: v for k, v in cfg.items() if k != "model_type"}
+    return transformers.AutoConfig.for_model(cfg["model_type"], **fields)
+
+
 def _importable(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
@@ -95,8 +103,7 @@ def _build(library: str, cfg: dict[str, Any]) -> tuple[Any, str]:
         with torch.device("meta"):
             model = cls.from_config(cfg)
     else:
-        fields = {k: v for k, v in cfg.items() if k != "model_type"}
-        config = module.AutoConfig.for_model(cfg["model_type"], **fields)
+        config = _hf_config(cfg)
         names = [a for a in cfg.get("architectures") or () if hasattr(module, a)]
         with torch.device("meta"):
             if names:
@@ -215,12 +222,7 @@ def as_read(cfg: dict[str, Any]) -> dict[str, Any]:
         return cfg
     try:
         with _quiet("transformers"):
-            import transformers
-
-            fields = {k: v for k, v in cfg.items() if k != "model_type"}
-            read: dict[str, Any] = transformers.AutoConfig.for_model(
-                cfg["model_type"], **fields
-            ).to_dict()
+            read: dict[str, Any] = _hf_config(cfg).to_dict()
     except Exception:  # a config transformers cannot read: the audit reads it as it is
         return cfg
     return {**cfg, **read}

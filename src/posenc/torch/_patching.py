@@ -91,14 +91,11 @@ def left_alone(original: str, note: str, attribute: str | None = None) -> Found:
     return Found(original, note=note, attribute=attribute)
 
 
-def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool] | None:
+def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool]:
     """The largest difference of two runs chunk for chunk (in float64), and whether they were
-    equal bit for bit (same dtypes and values); None when either holds meta tensors (a model
-    built on the meta device: there are no values to compare)."""
+    equal bit for bit (same dtypes and values)."""
     largest, equal = 0.0, True
     for a, b in zip(original, other, strict=True):
-        if a.is_meta or b.is_meta:
-            return None
         equal = equal and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
         if a.numel():
             diff = float((a.detach().double() - b.detach().double().to(a.device)).abs().max())

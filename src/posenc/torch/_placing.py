@@ -72,25 +72,25 @@ def placed(module: nn.Module) -> Placed | None:
     return record
 
 
-def saved_keys(module: nn.Module, attribute: str | None) -> tuple[list[str], list[str]]:
-    """``(order, lost)`` before a replacement: the keys of the module whose state dict changes
-    (``module``), in order, and those the stand-in must write (all of ``module``'s own keys
-    for a module; the attribute's key for a parameter or persistent buffer)."""
-    order = list(module.state_dict(keep_vars=True))
-    if attribute is None:
-        return order, order
-    return order, [attribute] if attribute in order else []
+def saved_keys(
+    module: nn.Module, attribute: str | None, new: nn.Module
+) -> tuple[dict[str, Tensor], list[str]]:
+    """``(before, lost)`` before a replacement: the state dict of the module whose state dict
+    changes (``module``), in order, and the keys the stand-in ``new`` must write: for a
+    module, those of ``module``'s keys ``new`` does not hold itself; for an attribute, its
+    key when it is a parameter or a persistent buffer."""
+    before = module.state_dict(keep_vars=True)
+    if attribute is not None:
+        return before, [attribute] if attribute in before else []
+    own = set(new.state_dict(keep_vars=True))
+    return before, [k for k in before if k not in own]
 
 
 def unwritable(new: nn.Module, module: nn.Module, attribute: str | None) -> str | None:
     """Why ``new`` cannot write a key ``module`` saves (None: it writes them all, each with the
     original's shape and dtype)."""
-    _, lost = saved_keys(module, attribute)
-    own = set(new.state_dict(keep_vars=True)) if attribute is None else set()
-    before = module.state_dict(keep_vars=True)
+    before, lost = saved_keys(module, attribute, new)
     for key in lost:
-        if key in own:
-            continue
         value = _read(new, key if attribute is None else "")
         want = before[key]
         if value is None:
@@ -194,7 +194,7 @@ def put(
 ) -> None:
     """Put ``new`` in place of ``module`` (everywhere in ``root``), or of ``module``'s
     ``attribute``; ``new`` then writes the keys the original saved and keeps it."""
-    order, lost = saved_keys(module, attribute)
+    before, lost = saved_keys(module, attribute, new)
     handles: list[RemovableHandle] = []
     if attribute is not None:  # a table kept in a parameter or buffer, or a plain attribute
         original = getattr(module, attribute)
@@ -217,11 +217,9 @@ def put(
         new.train(module.training)
         for parent, name in _references(root, module):
             setattr(parent, name, new)
-        own = set(new.state_dict(keep_vars=True))
-        lost = [k for k in lost if k not in own]
         owner = new
     if lost:
-        _add_writes(owner, order, lost)
+        _add_writes(owner, list(before), lost)
     new.__dict__[PLACED] = Placed(original, mode, description, attribute, kind, where(new), handles)
 
 

@@ -247,8 +247,9 @@ def _switch(
     row = _apply(root, owner_path, owner, found, compat, dry)
     if dry:
         put(root, owner, record.attribute, new, mode=record.mode, description=record.description)
-    elif not row.replaced:
-        return replace(row, note=f"{row.note}; the original is back (was {record.mode})")
+    if not row.replaced:
+        back = "would be" if dry else "is"
+        return replace(row, note=f"{row.note}; the original {back} back (was {record.mode})")
     return replace(row, note=f"switched from {record.mode}; {row.note}".rstrip("; "))
 
 
@@ -273,8 +274,8 @@ def _apply(
         if isinstance(new, str):
             return Replacement(where, found.original, "", None, diff, f"{new}: left alone")
         if measure is not None:
-            same = compare(found.numbers(), found.probe(new))
-            if same is None or not same[1]:
+            _, same = compare(found.numbers(), found.probe(new))
+            if not same:
                 why = f"compat={compat!r} does not repeat its numbers bit for bit here: left alone"
                 return Replacement(where, found.original, "", None, diff, why)
             new = found.build(compat)  # fresh: the probe ran the one checked
