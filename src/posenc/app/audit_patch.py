@@ -92,7 +92,7 @@ def _importable(name: str) -> bool:
 
 
 def _build(library: str, cfg: dict[str, Any]) -> tuple[Any, str]:
-    import torch
+    from posenc.torch._placing import on_meta
 
     module = importlib.import_module(library)
     version = getattr(module, "__version__", "?")
@@ -100,16 +100,14 @@ def _build(library: str, cfg: dict[str, Any]) -> tuple[Any, str]:
         cls = getattr(module, str(cfg.get("_class_name")), None)
         if cls is None:
             raise LookupError(f"diffusers has no class {cfg.get('_class_name')!r}")
-        with torch.device("meta"):
-            model = cls.from_config(cfg)
+        model = on_meta(lambda: cls.from_config(cfg))
     else:
         config = _hf_config(cfg)
         names = [a for a in cfg.get("architectures") or () if hasattr(module, a)]
-        with torch.device("meta"):
-            if names:
-                model = getattr(module, names[0])(config)
-            else:
-                model = module.AutoModel.from_config(config)
+        if names:
+            model = on_meta(lambda: getattr(module, names[0])(config))
+        else:
+            model = on_meta(lambda: module.AutoModel.from_config(config))
     how = f"{type(model).__name__} built from the config on the meta device ({library} {version})"
     return model, how
 

@@ -15,8 +15,9 @@ arriving in ``load_state_dict`` goes to the stand-in's checkpoint check, as befo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +28,16 @@ from posenc.torch._checkpoint import check_saved_table
 
 PLACED = "_posenc_placed"  # the stand-in's record (in its __dict__: not a submodule)
 WRITES = "_posenc_writes"  # the owner's keys to write (in its __dict__)
+
+
+T = TypeVar("T")
+
+
+def on_meta(build: Callable[[], T]) -> T:
+    """What ``build()`` makes with torch's default device set to meta: a model's modules and
+    shapes without its weights (how accelerate and ``from_pretrained`` start a large model)."""
+    with torch.device("meta"):
+        return build()
 
 
 @dataclass
