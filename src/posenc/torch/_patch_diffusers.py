@@ -33,11 +33,12 @@ from posenc.torch import (
 )
 from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
-    LEARNED,
     Found,
     Recogniser,
     TableParameter,
     from_library,
+    holds,
+    learned,
     left_alone,
 )
 from posenc.torch.diffusion import Timesteps
@@ -228,7 +229,7 @@ def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return left_alone(name, "no positional table (pos_embed_type=None): the model's "
                           "positions, if any, are in another module")  # fmt: skip
     if isinstance(saved, nn.Parameter) and saved.requires_grad:
-        return left_alone("Parameter", LEARNED, "pos_embed")
+        return left_alone("Parameter", learned(saved), "pos_embed")
     m: Any = module
     if isinstance(saved, Tensor) and saved.is_meta:
         return left_alone(name, "its table is on the meta device: load the model first")
@@ -335,7 +336,7 @@ def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 # what is reported and left alone
 
 TABLE_NAMES = ("pos_embed", "pos_embedding", "positional_embedding", "position_embedding",
-               "position_embeddings", "pe")  # fmt: skip
+               "position_embeddings", "pe", "temp_pos_embed")  # fmt: skip
 _ROTARY = re.compile(r"(Rotary|Rope|RoPE|MRoPE).*(Embed|$)|PosEmbed$|EmbedND\d*$|RoPE\d+D$")
 
 
@@ -350,9 +351,10 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         t = module._parameters.get(key, module._buffers.get(key))
         if isinstance(t, Tensor):
             if isinstance(t, nn.Parameter):  # diffusers keeps its fixed tables in buffers
-                return left_alone("Parameter", LEARNED, key)
+                return left_alone("Parameter", learned(t), key)
+            held = holds(t)
             return left_alone("buffer", f"not covered yet: {type(module).__name__}'s fixed "
-                              "table", key)  # fmt: skip
+                              f"table{f' ({held})' if held else ''}", key)  # fmt: skip
     name = type(module).__name__
     if _ROTARY.search(name) and not any(p.requires_grad for p in module.parameters()):
         return left_alone(name, "not covered yet: posenc has no stand-in for this module")

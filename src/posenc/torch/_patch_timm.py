@@ -26,11 +26,11 @@ from posenc.api.sinusoidal import grid
 from posenc.compat import timm as original
 from posenc.torch._checkpoint import _problem
 from posenc.torch._patching import (
-    LEARNED,
     Found,
     Recogniser,
     TableParameter,
     from_library,
+    learned,
     left_alone,
 )
 
@@ -57,11 +57,13 @@ def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     if not from_library(module, "timm"):
         return None
     saved = module._parameters.get(ATTRIBUTE, module._buffers.get(ATTRIBUTE))
-    if not isinstance(saved, Tensor) or saved.ndim != 3:
+    if not isinstance(saved, Tensor):
         return None
     kind = type(saved).__name__ if isinstance(saved, nn.Parameter) else "buffer"
-    if saved.requires_grad:
-        return left_alone(kind, LEARNED, ATTRIBUTE)
+    if saved.requires_grad:  # [1, rows, d], or NaFlexViT's [1, H, W, d]
+        return left_alone(kind, learned(saved), ATTRIBUTE)
+    if saved.ndim != 3:
+        return None
     if saved.is_meta:
         return left_alone(kind, "its table is on the meta device: load the model first", ATTRIBUTE)
     shape = tuple(int(s) for s in getattr(getattr(module, "patch_embed", None), "grid_size", ()))

@@ -28,13 +28,15 @@ from posenc.compat.sinusoid import ORIGINALS
 from posenc.errors import PosencError
 from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
-    LEARNED,
     Found,
     Recogniser,
     TableParameter,
+    compare,
     device_of,
     float_dtype,
     from_library,
+    holds,
+    learned,
     left_alone,
     measured,
 )
@@ -284,10 +286,15 @@ def _table(name: str, saved: Tensor, make: Callable[[str | None], nn.Module], wh
     values = saved.detach().reshape(-1, saved.shape[-1])
     problem = None if saved.is_meta else _problem(exact, values)
     if saved.requires_grad:
-        holds = f"holds the {what}" if problem is None else "not a sinusoid posenc knows"
-        return left_alone(name, f"learned (a trainable table; {holds}), left alone", attribute)
+        if problem is not None:
+            return left_alone(name, learned(saved), attribute)
+        return left_alone(name, f"learned (a trainable table; holds the {what}), left alone",
+                          attribute)  # fmt: skip
     if problem is not None:
-        return left_alone(name, f"a fixed table that is not the {what}: left alone", attribute)
+        held = holds(saved)
+        held = f" ({held})" if held else ""
+        return left_alone(name, f"a fixed table that is not the {what}{held}: left alone",
+                          attribute)  # fmt: skip
     rows = saved.reshape(-1, saved.shape[-1]).shape[0]
     return Found(
         name,
@@ -372,9 +379,9 @@ def mae(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
 
 class DetrPositions(DetrSineEncoding):
-    """The stand-in for transformers' ``DetrSinePositionEmbedding``:
-    ``forward(shape, device, dtype, mask=None)`` with ``mask`` 1 on pixels (its convention),
-    exact in ``dtype``."""
+    """The stand-in for transformers' ``DetrSinePositionEmbedding`` (and its copies, Conditional
+    DETR's): ``forward(shape, device, dtype, mask=None)`` with ``mask`` 1 on pixels (its
+    convention), exact in ``dtype``."""
 
     def forward(  # type: ignore[override]
         self, shape: Any, device: Any, dtype: torch.dtype, mask: Tensor | None = None
@@ -388,47 +395,105 @@ class DetrPositions(DetrSineEncoding):
         return out
 
 
+class PixelMaskPositions(DetrSineEncoding):
+    """The stand-in for the older form of DETR's sine embedding (Table Transformer's):
+    ``forward(pixel_values, pixel_mask)``, float32 as the original computes it."""
+
+    def forward(self, pixel_values: Tensor, pixel_mask: Tensor) -> Tensor:  # type: ignore[override]
+        """``[b, 2 * num_pos_feats, H, W]`` in float32, on ``pixel_values``' device."""
+        if pixel_mask is None:
+            raise PosencError("`pixel_mask` must be given (1 on pixels, 0 on padding)")
+        padding = (pixel_mask == 0).to(pixel_values.device)
+        out: Tensor = evaluate.detr(self._plan, self.enc, padding, dtype=torch.float32,
+                                    on_device=True)  # fmt: skip
+        return out
+
+
+SINE_FORMS: dict[tuple[str, ...], tuple[type[DetrSineEncoding], str]] = {
+    ("shape", "device", "dtype", "mask"): (DetrPositions, "num_position_features"),
+    ("pixel_values", "pixel_mask"): (PixelMaskPositions, "embedding_dim"),
+}
+"""The forms of DETR's sine embedding in transformers: the stand-in, and the attribute that
+holds the channels per axis."""
+SINE_CHECK = 1e-4
+"""A sine embedding whose numbers differ from DETR's by more than this is another one."""
+
+
 def detr(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """DETR's sine encoding, measured on a 32 x 32 feature map without padding."""
+    """DETR's sine encoding in any transformers model that computes it (DETR, Conditional
+    DETR, Table Transformer), checked on a padded feature map and measured on a 32 x 32 one;
+    another ``*SinePositionEmbedding`` is left to ``others``, which reports it."""
     name = type(module).__name__
-    if not (_tf(module) and name == "DetrSinePositionEmbedding"):
+    params = tuple(inspect.signature(type(module).forward).parameters)[1:]
+    if not (_tf(module) and name.endswith("SinePositionEmbedding") and params in SINE_FORMS):
         return None
+    form, channels = SINE_FORMS[params]
     original: Any = module  # its attributes, untyped
-    feats, temp = int(original.num_position_features), float(original.temperature)
+    feats, temp = int(getattr(original, channels)), float(original.temperature)
     norm, scale = bool(original.normalize), float(original.scale)
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is not None:
             return "compat='original': posenc has no replay of DETR's float32 arithmetic"
-        return DetrPositions(feats, temp, norm, scale if norm else None)
+        return form(feats, temp, norm, scale if norm else None)
 
-    def run(m: nn.Module) -> list[Tensor]:
-        return [m(torch.Size([1, 2 * feats, 32, 32]), torch.device("cpu"), torch.float32)]
+    def run(m: nn.Module, h: int = 32, w: int = 32, pad: int = 0) -> list[Tensor]:
+        mask = torch.ones(1, h, w, dtype=torch.long)
+        mask[:, h - pad :, :] = mask[:, :, w - pad :] = 0
+        if form is PixelMaskPositions:
+            return [m(torch.zeros(1, 1, h, w), mask)]
+        return [m(torch.Size([1, 2 * feats, h, w]), torch.device("cpu"), torch.float32, mask)]
 
+    differs, _ = compare(
+        run(module, 12, 20, 3), run(form(feats, temp, norm, scale if norm else None), 12, 20, 3)
+    )
+    if differs > SINE_CHECK:
+        return left_alone(name, f"not covered: its numbers differ from DETR's sine embedding by "
+                          f"{differs:.2g} (on a padded 12 x 20 feature map)")  # fmt: skip
     return Found(name, f"DetrSineEncoding({feats}, normalize={norm})", build, lambda: run(module),
                  run, note="max diff on a 32 x 32 feature map")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
-# learned tables: reported, never replaced
+# everything else that holds positions: reported, left alone
 
 
-def learned(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """A positional module (by its class name or attribute name) or a positional table of a
-    transformers module, with a trainable parameter: reported, left alone."""
+def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """Any other positional module of transformers (by its class name or attribute name), or a
+    positional table a transformers module keeps as a parameter or buffer (GPT-J's and
+    CodeGen's ``embed_positions``, CTRL's ``pos_encoding``): reported, left alone, saying
+    which sinusoid it holds when it holds one."""
     name, last = type(module).__name__, path.rpartition(".")[2]
     if (_tf(module) and _POSITIONAL.search(name)) or (path and last in POSITIONAL_NAMES):
-        trainable = any(p.requires_grad for p in module.parameters())
-        return left_alone(name, LEARNED) if trainable else None
+        weight = next((t for t in module.parameters() if t.ndim >= 2), None)
+        if any(p.requires_grad for p in module.parameters()):
+            return left_alone(name, learned(weight))
+        if not _tf(module) and weight is None:
+            return None
+        held = f"; it {holds(weight)}" if holds(weight) else ""
+        why = f"not covered: posenc does not reproduce {name}'s forward{_signature(module)}"
+        return left_alone(name, why + held)
     if not _tf(module):
         return None
-    for key in POSITIONAL_NAMES:
-        p = module._parameters.get(key)
-        if isinstance(p, nn.Parameter) and p.requires_grad:
-            return left_alone("Parameter", LEARNED, key)
+    for key in (*POSITIONAL_NAMES, *BUFFER_NAMES):
+        saved = module._parameters.get(key, module._buffers.get(key))
+        if not isinstance(saved, Tensor) or not saved.is_floating_point():
+            continue
+        kind = "Parameter" if isinstance(saved, nn.Parameter) else "buffer"
+        if saved.requires_grad:
+            return left_alone(kind, learned(saved), key)
+        held = f" ({holds(saved)})" if holds(saved) else ""
+        why = f"a fixed table{held} that {name} reads as a tensor: posenc has no stand-in for it"
+        return left_alone(kind, why, key)
     return None
 
 
+def _signature(module: nn.Module) -> str:
+    return str(inspect.signature(type(module).forward)).replace("self, ", "", 1)
+
+
+BUFFER_NAMES = ("pos_encoding",)  # CTRL's
+"""Attribute names of fixed positional tables besides ``POSITIONAL_NAMES``."""
 _POSITIONAL = re.compile(r"Pos(ition(al)?)?(Embed|Encod)")
-RECOGNISERS: tuple[Recogniser, ...] = (rotary, embeddings, mae, detr, learned)
+RECOGNISERS: tuple[Recogniser, ...] = (rotary, embeddings, mae, detr, others)
 """The transformers recognisers, in the order they are asked (the first answer wins)."""

@@ -19,10 +19,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from posenc.api.identify import MATCH, identify
+from posenc.errors import PosencError
 from posenc.torch._base import _Tracked
 
 EXACT, COMPAT = "exact", "compat"
 LEARNED = "learned, left alone"
+IDENTIFIED = 1 << 21
+"""The most values of a table :func:`holds` tries to identify (a larger one is not named)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,37 @@ Recogniser = Callable[[str, nn.Module, nn.Module], Found | None]
 def left_alone(original: str, note: str, attribute: str | None = None) -> Found:
     """A :class:`Found` that replaces nothing, saying why."""
     return Found(original, note=note, attribute=attribute)
+
+
+def holds(saved: Any) -> str:
+    """What sinusoid a stored table holds, for a report's note (``"holds the fairseq sinusoid
+    padding_idx=1 to 7.3e-05"``: the preset, its options and the largest difference from
+    its exact table), or ``""`` when it is none posenc knows, has no values (meta) or has
+    more than ``IDENTIFIED`` of them."""
+    if not isinstance(saved, Tensor) or not saved.is_floating_point() or saved.is_meta:
+        return ""
+    if not 0 < saved.numel() <= IDENTIFIED:
+        return ""
+    try:
+        found = identify(saved.detach().cpu().double().numpy())
+    except PosencError:  # not a 2-D table, or not finite
+        return ""
+    if not found or found[0].error >= MATCH:
+        return ""
+    best = found[0]
+    options = dict(best.options)
+    options.pop("length", None)
+    shape = options.pop("shape", None)
+    grid = "" if shape is None else " on a " + " x ".join(str(n) for n in shape) + " grid"
+    extra = "".join(f" {k}={v}" for k, v in options.items())
+    return f"holds the {best.preset} sinusoid{grid}{extra} to {best.error:.2g}"
+
+
+def learned(saved: Any) -> str:
+    """The report's note for a trainable table: :data:`LEARNED`, saying which sinusoid it
+    still holds when it holds one (a model initialised from one and not trained since)."""
+    held = holds(saved)
+    return f"learned (a trainable table; {held}), left alone" if held else LEARNED
 
 
 def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool]:
