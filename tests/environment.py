@@ -1,10 +1,6 @@
 """What this machine's torch needs before the tests (tests/conftest.py) and the benchmarks
 (benchmarks/__init__.py) run: torchvision made importable (both import transformers and timm,
-which import torchvision when it is installed).
-
-No warm-up op is needed: the first parallel ``torch.sin`` of a fresh process, once said to be
-wrong in one process in twelve here, was right in every one of 120 fresh processes
-(benchmarks/torch_sin_first_call.py)."""
+which import torchvision when it is installed), and torch's worker threads started."""
 
 from __future__ import annotations
 
@@ -39,6 +35,23 @@ def torchvision_importable() -> None:
         import torchvision  # noqa: F401
 
 
+def torch_threads_started() -> None:
+    """Start torch's intra-op worker threads with one parallel op.
+
+    With torch 2.13.0+cpu on an AVX-512 CPU, the first parallel ``torch.sin`` of a fresh process
+    is sometimes wrong when the machine is busy (benchmarks/torch_sin_first_call.py: 1 of 80
+    processes beside three busy ones). A test comparing an original's table with a reference
+    would fail on whichever ran first, before posenc (which starts them too,
+    ``posenc.evaluate.libs.torch``) is imported: started here, once."""
+    if importlib.util.find_spec("torch") is None:
+        return
+    import torch
+
+    if torch.get_num_threads() > 1:
+        torch.sin(torch.zeros(1 << 17))
+
+
 def prepare() -> None:
-    """Call before anything imports torchvision, transformers or timm."""
+    """Both: call before anything imports torchvision, transformers or timm."""
     torchvision_importable()
+    torch_threads_started()

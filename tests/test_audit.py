@@ -286,7 +286,7 @@ def test_an_unknown_rotary_model_is_audited_as_generic(tmp_path):
     proc = run("audit", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     (record,) = encodings(json.loads(proc.stdout))
-    assert "generic rotary model" in record["note"]
+    assert "as transformers' standard rotary machinery (halves)" in record["note"]
     assert record["alternative"] is None
     assert 1e-6 < record["float32_error"] < 1e-2
 
@@ -472,14 +472,29 @@ def test_a_llama2_config_is_read_as_transformers_reads_it(tmp_path):
     assert record["fix"].endswith("(replaces model.model.rotary_emb)")
 
 
-def test_a_module_patch_leaves_alone_gets_no_fix(tmp_path):
+def test_a_standard_rotary_module_of_an_unlisted_family_is_fixed(tmp_path):
+    """Falcon is not a family from_hf lists; its module is transformers' standard machinery,
+    which patch checks (on a fresh module: the audit's model is on the meta device)."""
     T = pytest.importorskip("transformers")
     cfg = _transformers_config(T.FalconConfig(hidden_size=256, num_attention_heads=4,
                                               num_hidden_layers=2, vocab_size=1000),
                                "FalconForCausalLM")  # fmt: skip
     (record,) = encodings(_audit_json(_write(tmp_path / "falcon", cfg)))
-    assert record["fix"].startswith("none: posenc.torch.patch leaves it alone: not covered yet")
-    assert record["alternative"] is None
+    assert record["fix"] == "posenc.torch.patch(model) (replaces model.transformer.rotary_emb)"
+    assert "standard rotary machinery" in record["note"]
+
+
+def test_a_module_patch_leaves_alone_gets_no_fix(tmp_path):
+    """GPT-J keeps its sinusoid as a buffer in every attention layer, which patch reports and
+    leaves alone: the audit lists those rows and gives no fix (it exited 2, "not recognised",
+    while patch reported them)."""
+    T = pytest.importorskip("transformers")
+    cfg = _transformers_config(T.GPTJConfig(n_embd=256, n_head=4, n_layer=2, vocab_size=1000,
+                                            rotary_dim=32), "GPTJForCausalLM")  # fmt: skip
+    records = _audit_json(_write(tmp_path / "gptj", cfg))
+    assert not encodings(records)  # GPT-J's tables are per-layer buffers: nothing to fix
+    notes = "\n".join(_notes(records))
+    assert "patch: transformer.h.0.attn.embed_positions (buffer) left alone: a fixed table" in notes
 
 
 def test_gemma3_full_attention_is_not_given_another_familys_preset(tmp_path):

@@ -187,3 +187,28 @@ def test_another_sine_embedding_is_left_alone_with_its_difference():
     row = _row(patch(holder, dry_run=True), "sine")
     assert row.mode is None
     assert re.search(r"differ from DETR's sine embedding by [0-9.e-]+", row.note), row.note
+
+
+# ---------------------------------------------------------------------------------------------
+# on the meta device: modules that keep their tables outside their buffers
+
+
+META = {  # diffusers class: (keyword of one layer, path, replaced on meta)
+    "QwenImageTransformer2DModel": ("num_layers", "pos_embed", True),
+    "Lumina2Transformer2DModel": ("num_layers", "rope_embedder", True),
+    "MiniMaxH3Transformer3DModel": ("num_layers", "rope", False),
+}
+
+
+@pytest.mark.parametrize("name", META)
+def test_the_meta_device_never_makes_patch_raise(name):
+    """They read values (torch.equal, .cpu()) no meta tensor has; patch raised
+    NotImplementedError. Now: replaced unmeasured, or left alone until the model is loaded."""
+    diffusers = pytest.importorskip("diffusers")
+    key, path, replaced = META[name]
+    with torch.device("meta"):
+        model = getattr(diffusers, name)(**{key: 1})
+    row = _row(patch(model, dry_run=True), path)
+    assert row.replaced == replaced, row
+    assert row.max_diff is None
+    assert ("not measured" if replaced else "load the model first") in row.note

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 from collections import defaultdict
 
 import pytest
@@ -41,8 +42,9 @@ LEVEL = {
 LIBRARY_FILES = ("evaluate/libs/", "torch/", "compat/")
 """Where torch and JAX may be imported and their attributes touched: the per-library files,
 the PyTorch modules, and the originals' torch arithmetic."""
-MAX_LINES = 450
-DATA_FILES = ("spec/presets/sinusoidal.py",)  # preset data may run longer
+MAX_LINES = 500
+"""The longest a module may be, as ``ruff format`` writes it (CI checks the formatting)."""
+MAX_FORMAT_SKIPS = 20
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -204,19 +206,34 @@ def test_array_libraries_are_known_only_in_their_files(library):
 
 
 def test_modules_are_small_and_say_what_they_own():
-    """No library module over 450 lines (preset data aside), and each starts with a docstring
+    """No library module over 500 lines as ruff formats it, and each starts with a docstring
     saying what it owns."""
     long, silent = [], []
     for path in MODULES.values():
         rel = path.relative_to(PACKAGE).as_posix()
         text = path.read_text()
-        if len(text.splitlines()) > MAX_LINES and rel not in DATA_FILES:
+        if len(text.splitlines()) > MAX_LINES:
             long.append(f"{rel} ({len(text.splitlines())} lines)")
         doc = ast.get_docstring(ast.parse(text))
         if not doc or len(doc.splitlines()[0]) < 20:
             silent.append(rel)
     assert not long, f"modules over {MAX_LINES} lines: {long}"
     assert not silent, f"modules without a first line saying what they own: {silent}"
+
+
+def test_formatting_is_left_to_ruff():
+    """``# fmt: skip`` only on a numeric table whose columns matter (a line of numbers), at
+    most 20 in all: no line is packed by hand to keep a module short."""
+    marked = [
+        (path.relative_to(PACKAGE).as_posix(), i, line)
+        for path in MODULES.values()
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if "# fmt: skip" in line
+    ]
+    assert len(marked) <= MAX_FORMAT_SKIPS, f"{len(marked)} `# fmt: skip` markers"
+    numeric = re.compile(r"^[\s\d.eE+\-,()\[\]]*$")
+    packed = [f"{rel}:{i}" for rel, i, line in marked if not numeric.match(line.split("#")[0])]
+    assert not packed, f"`# fmt: skip` on lines that are not numbers: {packed}"
 
 
 def test_no_private_name_crosses_a_package():

@@ -205,8 +205,16 @@ def rope_grid(
         >>> cos, sin = posenc.rope_grid((32, 24), 88, preset="hunyuan-dit",
         ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
     """
-    r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
-               axes_scale=axes_scale, axes_base=axes_base, blocks=blocks)  # fmt: skip
+    r = rotary(
+        dim,
+        preset=preset,
+        base=base,
+        layout=layout,
+        axes_dim=axes_dim,
+        axes_scale=axes_scale,
+        axes_base=axes_base,
+        blocks=blocks,
+    )
     if r.sections is not None or (r.axes_dim is None and r.spacing != "ltx"):
         raise PosencError(
             "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "
@@ -231,8 +239,19 @@ def rope_grid(
         compat = check_choice("compat", compat, family.originals)
         from posenc.compat.grid import GridCall, compat_grid  # torch code: only for compat
 
-        call = GridCall(family.name, compat, tuple(dims), r, tuple(read), tuple(starts),
-                        tuple(steps), crop is not None, dtype, device, like)  # fmt: skip
+        call = GridCall(
+            family.name,
+            compat,
+            tuple(dims),
+            r,
+            tuple(read),
+            tuple(starts),
+            tuple(steps),
+            crop is not None,
+            dtype,
+            device,
+            like,
+        )
         if 0 in dims:  # no row to replay (an empty axis has no positions to check either)
             return compat_grid(_no_rows, call)
         original = importlib.import_module(ORIGINALS[compat])
@@ -241,8 +260,9 @@ def rope_grid(
     order = [read.index(g) for g in range(k)]
     if is_torch(like) and device is None:
         device = like.device
-    both = evaluate.rotary_grid(r.plan(None, rope_label(r)), axes, order, dtype=dtype,
-                                device=device, like=like)  # fmt: skip
+    both = evaluate.rotary_grid(
+        r.plan(None, rope_label(r)), axes, order, dtype=dtype, device=device, like=like
+    )
     w = r.width
     return both[:, :w], both[:, w:]
 

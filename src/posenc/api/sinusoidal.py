@@ -161,8 +161,15 @@ def table(
         positions = original.arange(start, length, dtype=dtype, device=device, like=like)
         return _original(preset_, encoding, positions, dim, dtype, compat, channels, like)
     plan = channel_plan(encoding, dim, 1, preset_.label(options), channels)
-    return evaluate.span(plan, offset_f, length, dtype=dtype, device=device, like=like,
-                         padding_idx=encoding.padding_idx)  # fmt: skip
+    return evaluate.span(
+        plan,
+        offset_f,
+        length,
+        dtype=dtype,
+        device=device,
+        like=like,
+        padding_idx=encoding.padding_idx,
+    )
 
 
 @overload

@@ -26,12 +26,24 @@ from posenc.app.audit_models import (
     timm_findings,
     transformers_findings,
 )
-from posenc.app.audit_patch import PatchView, apply_view, as_read, patch_view
+from posenc.app.audit_patch import LEARNED_NOTE, PatchView, apply_view, as_read, patch_view
 from posenc.app.audit_vision import timm_vision_findings, vision_findings
 from posenc.errors import PosencError
 
-RECORD = ("component", "where", "encoding", "equivalent", "max_position", "positions",
-          "original", "float32_error", "bf16_error", "fix", "alternative", "note")  # fmt: skip
+RECORD = (
+    "component",
+    "where",
+    "encoding",
+    "equivalent",
+    "max_position",
+    "positions",
+    "original",
+    "float32_error",
+    "bf16_error",
+    "fix",
+    "alternative",
+    "note",
+)
 """The fields of a measured :class:`Finding` that a row of the table and a ``--json`` record
 hold, in order."""
 
@@ -79,14 +91,26 @@ def configs(path: Path) -> list[tuple[str, dict[str, Any]]]:
         index = path
     if index is None:
         cfg = read_json(path)
-        return [(str(cfg.get("_class_name") or cfg.get("model_type") or cfg.get("architecture")
-                     or "model"), cfg)]  # fmt: skip
+        return [
+            (
+                str(
+                    cfg.get("_class_name")
+                    or cfg.get("model_type")
+                    or cfg.get("architecture")
+                    or "model"
+                ),
+                cfg,
+            )
+        ]
     listed = read_json(index)
     root = index.parent
     names = [k for k, v in listed.items() if not k.startswith("_") and isinstance(v, list)]
     names = names or sorted(p.name for p in root.iterdir() if p.is_dir())
-    found = [(n, read_json(root / n / "config.json")) for n in names
-             if (root / n / "config.json").is_file()]  # fmt: skip
+    found = [
+        (n, read_json(root / n / "config.json"))
+        for n in names
+        if (root / n / "config.json").is_file()
+    ]
     if not found:
         raise PosencError(f"{str(index)!r} names no component folder with a config.json")
     return found
@@ -96,8 +120,9 @@ UNKNOWN = "no positional encoding posenc recognises"
 
 
 def _what(cfg: dict[str, Any]) -> str:
-    return str(cfg.get("_class_name") or cfg.get("model_type") or cfg.get("architecture")
-               or "unknown")  # fmt: skip
+    return str(
+        cfg.get("_class_name") or cfg.get("model_type") or cfg.get("architecture") or "unknown"
+    )
 
 
 # --- the audit ---------------------------------------------------------------------------------
@@ -125,21 +150,22 @@ def audit(path: Path) -> tuple[list[Finding], list[str], list[str]]:
         except PosencError as err:
             skipped.append(f"{component} ({_what(cfg)}): {err}")
             continue
-        fixes = False  # patch replaces a module of this component's model
+        reported = False  # patch's report has a row for this model besides learned tables
         if isinstance(view, PatchView):
-            fixes = any(r.replaced for r in view.rows)
+            reported = any(r.replaced or not r.note.startswith(LEARNED_NOTE) for r in view.rows)
             found, said = apply_view(found, view)
             notes += [f"{component}: read as {view.how}", *(f"{component}: {s}" for s in said)]
         elif view is not None:
             notes.append(f"{component}: the config alone ({view})")
         if not found:
-            why = "none measured from its config: patch's report below" if fixes else UNKNOWN
+            why = "none measured from its config: patch's report below" if reported else UNKNOWN
             skipped.append(f"{component} ({_what(cfg)}): {why}")
         findings += found
     if not findings and not any("patch's report below" in s for s in skipped):
         known = all(s.endswith(UNKNOWN) for s in skipped)
-        raise PosencError(f"{str(path)!r}: {'not recognised' if known else 'not audited'}: "
-                          f"{'; '.join(skipped)}")  # fmt: skip
+        raise PosencError(
+            f"{str(path)!r}: {'not recognised' if known else 'not audited'}: {'; '.join(skipped)}"
+        )
     missing = torch_missing()
     return [_measure(f, missing) for f in findings], skipped, notes
 
@@ -184,10 +210,16 @@ def render(path: Path, records: list[Finding], skipped: list[str], notes: list[s
     """The table, then one paragraph per row: its posenc call, what was measured, the fix."""
     head = ("#", "where", "encoding", "largest position", "float32 error", "bf16 .to() error")
     rows = [
-        (str(i), f"{r.component} / {r.where}", r.encoding, _position(r.max_position),
-         number(r.float32_error), number(r.bf16_error))
+        (
+            str(i),
+            f"{r.component} / {r.where}",
+            r.encoding,
+            _position(r.max_position),
+            number(r.float32_error),
+            number(r.bf16_error),
+        )
         for i, r in enumerate(records, 1)
-    ]  # fmt: skip
+    ]
     widths = [max(len(row[c]) for row in [head, *rows]) for c in range(len(head))]
     lines = [f"posenc audit {path}: {len(records)} positional encoding(s) measured", ""]
     for row in [head, *rows] if rows else []:

@@ -27,27 +27,74 @@ def _positives(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(_number(x) and x > 0 for x in v)
 
 
-_SIZES = ("max_position_embeddings", "max_source_positions", "d_model", "hidden_size",
-          "num_attention_heads", "head_dim", "attention_head_dim", "in_channels",
-          "pos_embed_max_size", "original_max_position_embeddings", "num_features")  # fmt: skip
+_SIZES = (
+    "max_position_embeddings",
+    "max_source_positions",
+    "d_model",
+    "hidden_size",
+    "num_attention_heads",
+    "head_dim",
+    "attention_head_dim",
+    "in_channels",
+    "pos_embed_max_size",
+    "original_max_position_embeddings",
+    "num_features",
+)
 _SIDES = ("image_size", "patch_size", "sample_size", "img_size")
 FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    **dict.fromkeys(("model_type", "_class_name", "rope_type", "type", "time_embedding_type",
-                     "norm_type", "architecture"), ("a string", lambda v: isinstance(v, str))),
+    **dict.fromkeys(
+        (
+            "model_type",
+            "_class_name",
+            "rope_type",
+            "type",
+            "time_embedding_type",
+            "norm_type",
+            "architecture",
+        ),
+        ("a string", lambda v: isinstance(v, str)),
+    ),
     **dict.fromkeys(_SIZES, ("a positive integer", lambda v: _integer(v) and v > 0)),
-    **dict.fromkeys(_SIDES, ("a positive integer or a list of them",
-                             lambda v: (_integer(v) and v > 0) or _integers(v, 1))),
-    **dict.fromkeys(("rope_theta", "rotary_emb_base", "partial_rotary_factor", "rotary_pct",
-                     "freq_shift", "interpolation_scale"), ("a number", _number)),
-    **dict.fromkeys(("flip_sin_to_cos", "guidance_embeds", "use_rotary_positional_embeddings"),
-                    ("true or false", lambda v: isinstance(v, bool))),
+    **dict.fromkeys(
+        _SIDES,
+        (
+            "a positive integer or a list of them",
+            lambda v: (_integer(v) and v > 0) or _integers(v, 1),
+        ),
+    ),
+    **dict.fromkeys(
+        (
+            "rope_theta",
+            "rotary_emb_base",
+            "partial_rotary_factor",
+            "rotary_pct",
+            "freq_shift",
+            "interpolation_scale",
+        ),
+        ("a number", _number),
+    ),
+    **dict.fromkeys(
+        ("flip_sin_to_cos", "guidance_embeds", "use_rotary_positional_embeddings"),
+        ("true or false", lambda v: isinstance(v, bool)),
+    ),
     "rope_scale": ("a non-empty list of positive numbers", _positives),
-    **dict.fromkeys(("axes_dims_rope", "block_out_channels", "mrope_section", "input_size",
-                     "rope_axes_dim", "axes_dims", "axes_dim_rope"),
-                    ("a non-empty list of positive integers", lambda v: _integers(v, 1))),
-    **dict.fromkeys(("rope_parameters", "rope_scaling", "text_config", "pretrained_cfg"),
-                    ("an object", lambda v: isinstance(v, dict))),
-}  # fmt: skip
+    **dict.fromkeys(
+        (
+            "axes_dims_rope",
+            "block_out_channels",
+            "mrope_section",
+            "input_size",
+            "rope_axes_dim",
+            "axes_dims",
+            "axes_dim_rope",
+        ),
+        ("a non-empty list of positive integers", lambda v: _integers(v, 1)),
+    ),
+    **dict.fromkeys(
+        ("rope_parameters", "rope_scaling", "text_config", "pretrained_cfg"),
+        ("an object", lambda v: isinstance(v, dict)),
+    ),
+}
 """Every config field the audit (and ``read_config``, for rotary configs) reads outside the
 scaling rules' own keys (which each rule checks), with its rule: ``(rule in words, test)``.
 JSON ``null`` is a field left unset."""
@@ -59,8 +106,10 @@ def check_fields(cfg: dict[str, Any], where: str = "") -> None:
     the rule and the value."""
     for key, value in cfg.items():
         if key in FIELDS and value is not None and not FIELDS[key][1](value):
-            raise PosencError(f"config field `{where}{key}` must be {FIELDS[key][0]}, got "
-                              f"{show(value)} ({type(value).__name__})")  # fmt: skip
+            raise PosencError(
+                f"config field `{where}{key}` must be {FIELDS[key][0]}, got "
+                f"{show(value)} ({type(value).__name__})"
+            )
     for key in ("text_config", "rope_parameters", "rope_scaling", "pretrained_cfg"):
         inner = cfg.get(key)
         if isinstance(inner, dict):

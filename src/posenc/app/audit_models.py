@@ -135,9 +135,16 @@ def _rotary_unread(cfg: dict[str, Any], component: str, where: str, layer: str |
     rp = cfg.get("rope_parameters") or {}
     rp = rp[layer] if layer is not None else rp
     n = int(cfg.get("max_position_embeddings") or 0)
-    return Finding(component, where, f"rotary {rp.get('rope_type', 'default')}, base "
-                   f"{rp.get('rope_theta')}", "RotaryEmbedding.from_hf(config)", n,
-                   f"0…{n - 1}", "transformers float32", PATCH)  # fmt: skip
+    return Finding(
+        component,
+        where,
+        f"rotary {rp.get('rope_type', 'default')}, base {rp.get('rope_theta')}",
+        "RotaryEmbedding.from_hf(config)",
+        n,
+        f"0…{n - 1}",
+        "transformers float32",
+        PATCH,
+    )
 
 
 def _read(cfg: dict[str, Any], layer: str | None) -> tuple[Any, str, list[str]]:
@@ -186,25 +193,42 @@ def _rotary_read(cfg: dict[str, Any], component: str, where: str, layer: str | N
         label += f", {kw['layout']}"
     alt = None
     if how == "generic":
-        why = f"model_type {cfg.get('model_type')!r} is not a family from_hf covers: audited"
-        note = _join(note, f"{why} as a generic rotary model ({kw['layout']} assumed)")
+        why = f"model_type {cfg.get('model_type')!r} is not a family from_hf lists: measured"
+        note = _join(
+            note,
+            f"{why} as transformers' standard rotary machinery ({kw['layout']}), which "
+            "posenc.torch.patch checks against the module itself before it replaces it",
+        )
     elif how == "alone":
         note = _join(note, "one rope_parameters set per layer type: each audited on its own")
     else:
         module = "model.model.language_model" if hf.family.sections else "model.model"
         alt = f"{module}.rotary_emb = RotaryEmbedding.from_hf(model.config)"
     if kind in RULES and RULES[kind].uses_seq_len:
-        note = _join(note, f"{kind}: the module recomputes inv_freq in float32 when the length "
-                     "changes; the bf16 figure holds until then")  # fmt: skip
+        note = _join(
+            note,
+            f"{kind}: the module recomputes inv_freq in float32 when the length "
+            "changes; the bf16 figure holds until then",
+        )
     _, words = fig.sample(n)
 
     def measure() -> tuple[float | None, float | None, str | None]:
         a, b = fig.rotary_figures(kw, n)
         return a, b, None
 
-    return Finding(component, where, label, _rope_call(kw, cfg.get("model_type")), n - 1, words,
-                   "transformers float32 (compat='transformers')", PATCH, alt, note,
-                   measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        where,
+        label,
+        _rope_call(kw, cfg.get("model_type")),
+        n - 1,
+        words,
+        "transformers float32 (compat='transformers')",
+        PATCH,
+        alt,
+        note,
+        measure=measure,
+    )
 
 
 def _rope_call(kw: dict[str, Any], model_type: Any = None) -> str:
@@ -240,12 +264,19 @@ def _whisper(cfg: dict[str, Any], component: str) -> Finding:
         a, b = fig.table_figures("whisper", n, d, {}, float32_original=True)
         return a, b, None
 
-    return Finding(component, "encoder.embed_positions", f"sinusoid whisper, {n} x {d}", call,
-                   n - 1, f"all {n} rows (0…{n - 1})",
-                   "OpenAI whisper sinusoids, float32 (compat='original')", PATCH,
-                   f"model.model.encoder.embed_positions.weight.copy_({call[:-1]}, "
-                   "dtype=torch.float32))",
-                   "decoder positions are learned: not audited", measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        "encoder.embed_positions",
+        f"sinusoid whisper, {n} x {d}",
+        call,
+        n - 1,
+        f"all {n} rows (0…{n - 1})",
+        "OpenAI whisper sinusoids, float32 (compat='original')",
+        PATCH,
+        f"model.model.encoder.embed_positions.weight.copy_({call[:-1]}, dtype=torch.float32))",
+        "decoder positions are learned: not audited",
+        measure=measure,
+    )
 
 
 def _marian(cfg: dict[str, Any], component: str) -> Finding:
@@ -255,10 +286,18 @@ def _marian(cfg: dict[str, Any], component: str) -> Finding:
         a, b = fig.table_figures("marian", n, d, {}, float32_original=False)
         return a, b, None
 
-    return Finding(component, "encoder/decoder embed_positions", f"sinusoid marian, {n} x {d}",
-                   _call("posenc.table", n, d, preset="marian"), n - 1, f"all {n} rows (0…{n - 1})",
-                   "transformers MarianSinusoidalPositionalEmbedding: float64, rounded once "
-                   "(exact)", PATCH, needs_torch=False, measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        "encoder/decoder embed_positions",
+        f"sinusoid marian, {n} x {d}",
+        _call("posenc.table", n, d, preset="marian"),
+        n - 1,
+        f"all {n} rows (0…{n - 1})",
+        "transformers MarianSinusoidalPositionalEmbedding: float64, rounded once (exact)",
+        PATCH,
+        needs_torch=False,
+        measure=measure,
+    )
 
 
 def _mae(cfg: dict[str, Any], component: str) -> Finding:
@@ -271,31 +310,52 @@ def _mae(cfg: dict[str, Any], component: str) -> Finding:
         a, b = fig.grid_figures("mae", side, d, {"cls_token": True})
         return a, b, None
 
-    return Finding(component, "embeddings.position_embeddings",
-                   f"2D sin-cos mae, {side}x{side} + cls, d={d}",
-                   _call("posenc.grid", (side, side), d, preset="mae", cls_token=True),
-                   side - 1, f"all {side}x{side} cells and the cls row",
-                   "transformers build_2d_sinusoidal_position_embedding: float64, rounded once "
-                   "(exact)", PATCH, needs_torch=False, measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        "embeddings.position_embeddings",
+        f"2D sin-cos mae, {side}x{side} + cls, d={d}",
+        _call("posenc.grid", (side, side), d, preset="mae", cls_token=True),
+        side - 1,
+        f"all {side}x{side} cells and the cls row",
+        "transformers build_2d_sinusoidal_position_embedding: float64, rounded once (exact)",
+        PATCH,
+        needs_torch=False,
+        measure=measure,
+    )
 
 
 # --- diffusers ---------------------------------------------------------------------------------
 
 
-def timestep(component: str, where: str, dim: int, flip: bool, shift: float,
-             t: np.ndarray, words: str, alternative: str | None = None) -> Finding:  # fmt: skip
+def timestep(
+    component: str,
+    where: str,
+    dim: int,
+    flip: bool,
+    shift: float,
+    t: np.ndarray,
+    words: str,
+    alternative: str | None = None,
+) -> Finding:
     """diffusers ``Timesteps(dim, flip_sin_to_cos, downscale_freq_shift)`` at timesteps ``t``."""
     options = {"flip_sin_to_cos": bool(flip), "downscale_freq_shift": shift}
 
     def measure() -> tuple[float | None, float | None, str | None]:
         return fig.timestep_figure(dim, options, t), None, None
 
-    return Finding(component, where, f"timestep, d={dim}",
-                   _call("posenc.encode", "t", dim, preset="timestep", **options),
-                   float(np.max(t)), words, "diffusers get_timestep_embedding, float32 "
-                   "(compat='original')", PATCH, alternative,
-                   "computed per call in float32, then cast: no bf16 buffer",
-                   measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        where,
+        f"timestep, d={dim}",
+        _call("posenc.encode", "t", dim, preset="timestep", **options),
+        float(np.max(t)),
+        words,
+        "diffusers get_timestep_embedding, float32 (compat='original')",
+        PATCH,
+        alternative,
+        "computed per call in float32, then cast: no bf16 buffer",
+        measure=measure,
+    )
 
 
 def patch_grid(component: str, side: int, dim: int, base_size: float, scale: float) -> Finding:
@@ -306,12 +366,25 @@ def patch_grid(component: str, side: int, dim: int, base_size: float, scale: flo
         return a, b, None
 
     pos = (side - 1) / (side / base_size) / scale
-    return Finding(component, "pos_embed.pos_embed", f"2D sin-cos diffusers-2d, {side}x{side}, "
-                   f"d={dim}", _call("posenc.grid", (side, side), dim, preset="diffusers-2d",
-                   base_size=base_size, interpolation_scale=scale),
-                   pos, f"all {side}x{side} cells",
-                   "diffusers get_2d_sincos_pos_embed: float32 positions, float64 sin/cos, "
-                   "float32 buffer", PATCH, needs_torch=False, measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        "pos_embed.pos_embed",
+        f"2D sin-cos diffusers-2d, {side}x{side}, d={dim}",
+        _call(
+            "posenc.grid",
+            (side, side),
+            dim,
+            preset="diffusers-2d",
+            base_size=base_size,
+            interpolation_scale=scale,
+        ),
+        pos,
+        f"all {side}x{side} cells",
+        "diffusers get_2d_sincos_pos_embed: float32 positions, float64 sin/cos, float32 buffer",
+        PATCH,
+        needs_torch=False,
+        measure=measure,
+    )
 
 
 DDPM_T = np.arange(1000.0)
@@ -332,8 +405,12 @@ def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
         if cfg.get("time_embedding_type", "positional") == "positional" and channels:
             d, flip = int(channels[0]), bool(cfg.get("flip_sin_to_cos", True))
             shift = cfg.get("freq_shift", 0)
-            alt = _call("model.time_proj = posenc.torch.Timesteps", d, flip_sin_to_cos=flip,
-                        downscale_freq_shift=shift)  # fmt: skip
+            alt = _call(
+                "model.time_proj = posenc.torch.Timesteps",
+                d,
+                flip_sin_to_cos=flip,
+                downscale_freq_shift=shift,
+            )
             out.append(timestep(component, "time_proj", d, flip, shift, DDPM_T, DDPM_WORDS, alt))
         return out
     heads, head_dim = cfg.get("num_attention_heads"), cfg.get("attention_head_dim")
@@ -351,14 +428,25 @@ def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
         side, scale = base, float(cfg.get("interpolation_scale") or max(int(size) // 64, 1))
     out.append(patch_grid(component, side, inner, base, scale))
     if sd3:
-        out.append(timestep(component, "time_text_embed.time_proj", 256, True, 0, FLOW_T,
-                            FLOW_WORDS))  # fmt: skip
+        out.append(
+            timestep(component, "time_text_embed.time_proj", 256, True, 0, FLOW_T, FLOW_WORDS)
+        )
     elif cfg.get("norm_type") == "ada_norm_single" or name.startswith("PixArt"):
-        out.append(timestep(component, "adaln_single.emb.time_proj", 256, True, 0, DDPM_T,
-                            DDPM_WORDS))  # fmt: skip
+        out.append(
+            timestep(component, "adaln_single.emb.time_proj", 256, True, 0, DDPM_T, DDPM_WORDS)
+        )
     elif cfg.get("norm_type") == "ada_norm_zero" or name.startswith("DiT"):
-        out.append(timestep(component, "transformer_blocks.*.norm1.emb.time_proj", 256, True, 1,
-                            DDPM_T, DDPM_WORDS))  # fmt: skip
+        out.append(
+            timestep(
+                component,
+                "transformer_blocks.*.norm1.emb.time_proj",
+                256,
+                True,
+                1,
+                DDPM_T,
+                DDPM_WORDS,
+            )
+        )
     return out
 
 
@@ -380,16 +468,27 @@ def timm_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
     named and not measured; a rotary architecture is an error saying so."""
     arch = str(cfg["architecture"])
     if any(word in arch for word in TIMM_ROTARY):
-        raise PosencError(f"timm architecture {arch!r} rotates by learned frequencies (timm's "
-                          "RotaryEmbeddingMixed): no formula to be exact to")  # fmt: skip
+        raise PosencError(
+            f"timm architecture {arch!r} rotates by learned frequencies (timm's "
+            "RotaryEmbeddingMixed): no formula to be exact to"
+        )
     if not arch.startswith(("vit_", "deit")):
         return []
     size = (cfg.get("pretrained_cfg") or {}).get("input_size") or [3, 224, 224]
     match = re.search(r"patch(\d+)", arch)
     side = size[-1] // int(match.group(1)) if match else 0
     grid = f"not measured (learned; {side}x{side} cells)" if side else "not measured (learned)"
-    return [Finding(component, "pos_embed", "learned position table (timm)",
-                    "none: a learned table is no formula's", max(side - 1, 0), grid,
-                    "trained parameters", "none needed; a frozen sin-cos table your code puts "
-                    f"there: {PATCH}", note="learned: nothing to measure",
-                    needs_torch=False)]  # fmt: skip
+    return [
+        Finding(
+            component,
+            "pos_embed",
+            "learned position table (timm)",
+            "none: a learned table is no formula's",
+            max(side - 1, 0),
+            grid,
+            "trained parameters",
+            f"none needed; a frozen sin-cos table your code puts there: {PATCH}",
+            note="learned: nothing to measure",
+            needs_torch=False,
+        )
+    ]

@@ -165,19 +165,23 @@ def apply_view(findings: list[Finding], view: PatchView) -> tuple[list[Finding],
         where = _modules_of(f.where)
         named = re.search(r"\((\w+)\)$", f.where)  # the module's class, where it says one
         cls = named.group(1) if named else None
-        rows = [i for i, r in enumerate(view.rows)
-                if _matches(r.path, where) or r.original == cls]  # fmt: skip
+        rows = [i for i, r in enumerate(view.rows) if _matches(r.path, where) or r.original == cls]
         if not rows:
             if not any(_matches(p, where) for p in view.paths):
                 dropped.append(f"{f.component} / {f.where}: the model has no such module")
                 continue
-            kept.append(replace(f, fix=f"{NO_FIX}: it recognises no positional module there",
-                                alternative=None))  # fmt: skip
+            kept.append(
+                replace(
+                    f, fix=f"{NO_FIX}: it recognises no positional module there", alternative=None
+                )
+            )
             continue
         said.update(rows)
         if all(r.note.startswith(LEARNED_NOTE) for r in (view.rows[i] for i in rows)):
-            dropped.append(f"{f.component} / {f.where}: a learned table (its model trains it), "
-                           "not a fixed encoding")  # fmt: skip
+            dropped.append(
+                f"{f.component} / {f.where}: a learned table (its model trains it), "
+                "not a fixed encoding"
+            )
             continue
         kept.append(_fixed(f, [view.rows[i] for i in rows]))
     others = [_line(r) for i, r in enumerate(view.rows) if i not in said]
@@ -189,9 +193,12 @@ def _fixed(f: Finding, rows: list[Any]) -> Finding:
     waiting = [r for r in rows if not r.replaced and META in r.note]  # its values decide
     if not replaced and waiting:
         paths = ", ".join(f"model.{r.path}" for r in waiting)
-        return replace(f, fix=f"{f.fix} (replaces {paths} once the model is loaded: on the "
-                       "meta device it cannot read the table it decides by)",
-                       alternative=None)  # fmt: skip
+        return replace(
+            f,
+            fix=f"{f.fix} (replaces {paths} once the model is loaded: on the "
+            "meta device it cannot read the table it decides by)",
+            alternative=None,
+        )
     if not replaced:
         notes = "; ".join(dict.fromkeys(r.note for r in rows if r.note))
         return replace(f, fix=f"{NO_FIX}: {notes}" if notes else NO_FIX, alternative=None)

@@ -94,81 +94,159 @@ class VisionFamily:
 
 
 _WAN = VisionFamily(
-    "wan", "rope (WanRotaryPosEmbed)", (21, 45, 80), "720p, 81 frames",
+    "wan",
+    "rope (WanRotaryPosEmbed)",
+    (21, 45, 80),
+    "720p, 81 frames",
     "diffusers WanRotaryPosEmbed: float64 tables of rows 0…1023 at init, float32 buffers "
-    "(float32 angles on a host with MPS, even on its CPU)", buffers=True,
-    also=(("diffusers-mps", "on a host with MPS"),))  # fmt: skip
+    "(float32 angles on a host with MPS, even on its CPU)",
+    buffers=True,
+    also=(("diffusers-mps", "on a host with MPS"),),
+)
 _HUNYUAN = VisionFamily(
-    "hunyuan-video", "rope (HunyuanVideoRotaryPosEmbed)", (33, 45, 80), "720p, 129 frames",
-    "diffusers HunyuanVideoRotaryPosEmbed: float32 angles per call", keywords=_hunyuan,
-    dim=lambda cfg: sum(_hunyuan(cfg)["axes_dim"]))  # fmt: skip
+    "hunyuan-video",
+    "rope (HunyuanVideoRotaryPosEmbed)",
+    (33, 45, 80),
+    "720p, 129 frames",
+    "diffusers HunyuanVideoRotaryPosEmbed: float32 angles per call",
+    keywords=_hunyuan,
+    dim=lambda cfg: sum(_hunyuan(cfg)["axes_dim"]),
+)
 _COGVIEW4 = VisionFamily(
-    "cogview4", "rope (CogView4RotaryPosEmbed)", (64, 64), "1024 x 1024 pixels",
-    "diffusers CogView4RotaryPosEmbed: float32 angles, on the CPU")  # fmt: skip
+    "cogview4",
+    "rope (CogView4RotaryPosEmbed)",
+    (64, 64),
+    "1024 x 1024 pixels",
+    "diffusers CogView4RotaryPosEmbed: float32 angles, on the CPU",
+)
 
 VISION: dict[str, VisionFamily] = {
-    **dict.fromkeys(("WanTransformer3DModel", "WanVACETransformer3DModel",
-                     "WanAnimateTransformer3DModel", "SkyReelsV2Transformer3DModel",
-                     "SanaVideoTransformer3DModel", "ChronoEditTransformer3DModel"), _WAN),
-    **dict.fromkeys(("HunyuanVideoTransformer3DModel", "HunyuanVideo15Transformer3DModel"),
-                    _HUNYUAN),
+    **dict.fromkeys(
+        (
+            "WanTransformer3DModel",
+            "WanVACETransformer3DModel",
+            "WanAnimateTransformer3DModel",
+            "SkyReelsV2Transformer3DModel",
+            "SanaVideoTransformer3DModel",
+            "ChronoEditTransformer3DModel",
+        ),
+        _WAN,
+    ),
+    **dict.fromkeys(
+        ("HunyuanVideoTransformer3DModel", "HunyuanVideo15Transformer3DModel"), _HUNYUAN
+    ),
     "CosmosTransformer3DModel": VisionFamily(
-        "cosmos", "rope (CosmosRotaryPosEmbed)", (16, 44, 80), "704 x 1280, 121 frames at 30 fps",
-        "diffusers CosmosRotaryPosEmbed: float32 angles per call", keywords=_cosmos),
+        "cosmos",
+        "rope (CosmosRotaryPosEmbed)",
+        (16, 44, 80),
+        "704 x 1280, 121 frames at 30 fps",
+        "diffusers CosmosRotaryPosEmbed: float32 angles per call",
+        keywords=_cosmos,
+    ),
     "QwenImageTransformer2DModel": VisionFamily(
-        "qwen-image", "pos_embed (QwenEmbedRope)", (1, 83, 83), "1328 x 1328 pixels",
-        "diffusers QwenEmbedRope: complex64 tables of float32 angles", keywords=_qwen),
+        "qwen-image",
+        "pos_embed (QwenEmbedRope)",
+        (1, 83, 83),
+        "1328 x 1328 pixels",
+        "diffusers QwenEmbedRope: complex64 tables of float32 angles",
+        keywords=_qwen,
+    ),
     "LTXVideoTransformer3DModel": VisionFamily(
-        "ltx-video", "rope (LTXVideoRotaryPosEmbed)", (16, 22, 40),
-        "704 x 1280, 121 frames at 25 fps", "diffusers LTXVideoRotaryPosEmbed: float32, "
+        "ltx-video",
+        "rope (LTXVideoRotaryPosEmbed)",
+        (16, 22, 40),
+        "704 x 1280, 121 frames at 25 fps",
+        "diffusers LTXVideoRotaryPosEmbed: float32, "
         "its largest angles (pi / 2 * 10000 rad) at the coordinate 0",
-        dim=lambda cfg: int(cfg.get("num_attention_heads") or 32) * _head(cfg)),
+        dim=lambda cfg: int(cfg.get("num_attention_heads") or 32) * _head(cfg),
+    ),
     "CogView4Transformer2DModel": _COGVIEW4,
     "GlmImageTransformer2DModel": _COGVIEW4,
     "CogVideoXTransformer3DModel": VisionFamily(
-        "cogvideox", "pipeline (get_3d_rotary_pos_embed)", (13, 30, 45), "480 x 720, 49 frames",
+        "cogvideox",
+        "pipeline (get_3d_rotary_pos_embed)",
+        (13, 30, 45),
+        "480 x 720, 49 frames",
         "diffusers get_3d_rotary_pos_embed: float32, computed by the pipeline",
-        fix=PIPELINE),
+        fix=PIPELINE,
+    ),
     "HunyuanImageTransformer2DModel": VisionFamily(
-        "hunyuan-image", "rope (HunyuanImageRotaryPosEmbed)", (64, 64), "2048 x 2048 pixels",
+        "hunyuan-image",
+        "rope (HunyuanImageRotaryPosEmbed)",
+        (64, 64),
+        "2048 x 2048 pixels",
         "diffusers HunyuanImageRotaryPosEmbed: float32 angles per call",
         keywords=_axes("rope_axes_dim", (64, 64), 256.0),
-        dim=_width("rope_axes_dim", (64, 64))),
+        dim=_width("rope_axes_dim", (64, 64)),
+    ),
     "Kandinsky5Transformer3DModel": VisionFamily(
-        "kandinsky5", "visual_rope_embeddings (Kandinsky5RoPE3D)", (31, 32, 48),
-        "512 x 768, 121 frames", "diffusers Kandinsky5RoPE3D: float32 angles (exp form)",
-        keywords=_axes("axes_dims", (16, 24, 24)), dim=_width("axes_dims", (16, 24, 24)),
-        largest=23.5),
+        "kandinsky5",
+        "visual_rope_embeddings (Kandinsky5RoPE3D)",
+        (31, 32, 48),
+        "512 x 768, 121 frames",
+        "diffusers Kandinsky5RoPE3D: float32 angles (exp form)",
+        keywords=_axes("axes_dims", (16, 24, 24)),
+        dim=_width("axes_dims", (16, 24, 24)),
+        largest=23.5,
+    ),
     "Kandinsky6Transformer3DModel": VisionFamily(
-        "kandinsky6", "visual_rope_embeddings (Kandinsky6RoPE3D)", (31, 32, 48),
-        "512 x 768, 121 frames", "diffusers Kandinsky6RoPE3D: float32 angles (exp form)",
-        keywords=_axes("axes_dims", (32, 48, 48)), dim=_width("axes_dims", (32, 48, 48)),
-        largest=23.5),
+        "kandinsky6",
+        "visual_rope_embeddings (Kandinsky6RoPE3D)",
+        (31, 32, 48),
+        "512 x 768, 121 frames",
+        "diffusers Kandinsky6RoPE3D: float32 angles (exp form)",
+        keywords=_axes("axes_dims", (32, 48, 48)),
+        dim=_width("axes_dims", (32, 48, 48)),
+        largest=23.5,
+    ),
     "Lumina2Transformer2DModel": VisionFamily(
-        "lumina2", "rope_embedder (Lumina2RotaryPosEmbed)", (1, 64, 64),
+        "lumina2",
+        "rope_embedder (Lumina2RotaryPosEmbed)",
+        (1, 64, 64),
         "1024 x 1024 pixels after a 256-token caption",
         "diffusers Lumina2RotaryPosEmbed: complex128 tables (complex64 on a host with MPS)",
-        keywords=lambda cfg: {**_axes("axes_dim_rope", (32, 32, 32))(cfg),
-                              "start": (256.0, 0.0, 0.0)},
-        dim=_width("axes_dim_rope", (32, 32, 32)), largest=256,
-        also=(("diffusers-mps", "on a host with MPS"),)),
+        keywords=lambda cfg: {
+            **_axes("axes_dim_rope", (32, 32, 32))(cfg),
+            "start": (256.0, 0.0, 0.0),
+        },
+        dim=_width("axes_dim_rope", (32, 32, 32)),
+        largest=256,
+        also=(("diffusers-mps", "on a host with MPS"),),
+    ),
     "ZImageTransformer2DModel": VisionFamily(
-        "z-image", "rope_embedder (RopeEmbedder)", (1, 64, 64),
+        "z-image",
+        "rope_embedder (RopeEmbedder)",
+        (1, 64, 64),
         "1024 x 1024 pixels after a 256-token caption",
         "diffusers RopeEmbedder: float64 angles rounded to float32, then cos and sin",
-        keywords=lambda cfg: {**_axes("axes_dims", (32, 48, 48), 256.0)(cfg),
-                              "start": (257.0, 0.0, 0.0)},
-        dim=_width("axes_dims", (32, 48, 48)), largest=257),
+        keywords=lambda cfg: {
+            **_axes("axes_dims", (32, 48, 48), 256.0)(cfg),
+            "start": (257.0, 0.0, 0.0),
+        },
+        dim=_width("axes_dims", (32, 48, 48)),
+        largest=257,
+    ),
     "AllegroTransformer3DModel": VisionFamily(
-        "allegro", "pipeline (get_3d_rotary_pos_embed_allegro)", (22, 45, 80),
-        "720 x 1280, 88 frames", "diffusers get_3d_rotary_pos_embed_allegro: float32, "
-        "computed by the pipeline", fix=PIPELINE, largest=39.5),
+        "allegro",
+        "pipeline (get_3d_rotary_pos_embed_allegro)",
+        (22, 45, 80),
+        "720 x 1280, 88 frames",
+        "diffusers get_3d_rotary_pos_embed_allegro: float32, computed by the pipeline",
+        fix=PIPELINE,
+        largest=39.5,
+    ),
     "HunyuanDiT2DModel": VisionFamily(
-        "hunyuan-dit", "pipeline (get_2d_rotary_pos_embed)", (64, 64), "1024 x 1024 pixels",
+        "hunyuan-dit",
+        "pipeline (get_2d_rotary_pos_embed)",
+        (64, 64),
+        "1024 x 1024 pixels",
         "diffusers get_2d_rotary_pos_embed: float32, computed by the pipeline (a crop of "
-        "its 32 x 32 base grid)", keywords=lambda cfg: {"crop": ((0, 0), (32, 32))},
-        fix=PIPELINE, largest=31.5),
-}  # fmt: skip
+        "its 32 x 32 base grid)",
+        keywords=lambda cfg: {"crop": ((0, 0), (32, 32))},
+        fix=PIPELINE,
+        largest=31.5,
+    ),
+}
 """diffusers ``_class_name`` → its rotary family."""
 
 
@@ -190,8 +268,14 @@ ID_FAMILIES: dict[str, tuple[str, str]] = {
 of ids (float64 angles; float32 on MPS/NPU): ``_class_name`` → (the module, the preset)."""
 
 
-def axial(component: str, axes_dim: tuple[int, ...], theta: float, side: int,
-          module: str = "FluxPosEmbed", preset: str = "flux") -> Finding:  # fmt: skip
+def axial(
+    component: str,
+    axes_dim: tuple[int, ...],
+    theta: float,
+    side: int,
+    module: str = "FluxPosEmbed",
+    preset: str = "flux",
+) -> Finding:
     """FLUX's ``FluxPosEmbed`` and its kind: axial rotary of ids, float64 on CPU/CUDA, float32
     on MPS/NPU."""
 
@@ -206,15 +290,19 @@ def axial(component: str, axes_dim: tuple[int, ...], theta: float, side: int,
     if float(theta) != float(own.get("base", 10000.0)):
         extra["base"] = float(theta)
 
-    return Finding(component, f"pos_embed ({module})",
-                   f"axial rotary, axes {tuple(axes_dim)}, base {theta:g}",
-                   _call("posenc.rope", "ids", sum(axes_dim), preset=preset, **extra),
-                   side - 1, f"ids (0, h, w) for h, w < {side} (2048 px images; the config "
-                   "holds no resolution)",
-                   f"diffusers {module}: float64 on CPU/CUDA (exact, rounded once), float32 "
-                   "on MPS/NPU", "none needed on CPU/CUDA; on MPS/NPU: " + PATCH,
-                   note="computed per call: no bf16 buffer", needs_torch=False,
-                   measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        f"pos_embed ({module})",
+        f"axial rotary, axes {tuple(axes_dim)}, base {theta:g}",
+        _call("posenc.rope", "ids", sum(axes_dim), preset=preset, **extra),
+        side - 1,
+        f"ids (0, h, w) for h, w < {side} (2048 px images; the config holds no resolution)",
+        f"diffusers {module}: float64 on CPU/CUDA (exact, rounded once), float32 on MPS/NPU",
+        "none needed on CPU/CUDA; on MPS/NPU: " + PATCH,
+        note="computed per call: no bf16 buffer",
+        needs_torch=False,
+        measure=measure,
+    )
 
 
 def _ids_findings(cfg: dict[str, Any], component: str, name: str) -> list[Finding]:
@@ -272,11 +360,18 @@ def _finding(f: VisionFamily, cfg: dict[str, Any], component: str) -> Finding:
 
     shown = {k: v for k, v in kw.items() if k != "axes_base"}
     largest = max(f.grid) - 1 if f.largest is None else f.largest
-    return Finding(component, f.where, f"axial rotary {f.preset}, d={dim}",
-                   _call_grid(f.grid, dim, f.preset, shown), largest,
-                   f"every token of the {shape} grid ({f.grid_words})", f.original, f.fix,
-                   note=None if f.buffers else "computed per call: no bf16 buffer",
-                   measure=measure)  # fmt: skip
+    return Finding(
+        component,
+        f.where,
+        f"axial rotary {f.preset}, d={dim}",
+        _call_grid(f.grid, dim, f.preset, shown),
+        largest,
+        f"every token of the {shape} grid ({f.grid_words})",
+        f.original,
+        f.fix,
+        note=None if f.buffers else "computed per call: no bf16 buffer",
+        measure=measure,
+    )
 
 
 def _call_grid(grid: tuple[int, ...], dim: int, preset: str, kw: dict[str, Any]) -> str:
@@ -290,8 +385,14 @@ TIMM_HEAD = 64
 """The head width measured for timm's rotary models: their ``config.json`` does not hold it
 (64 in EVA-02, the ViT-RoPE variants, Perception Encoder core and DINOv3 up to ViT-H+; 128
 is assumed for the ``_7b_`` DINOv3)."""
-TIMM_FAMILIES = (("dinov3", "dinov3"), ("eva02", "eva02"), ("vit_pe_", "perception-encoder"),
-                 ("_rope_mixed", ""), ("_rope_reg", "eva02"), ("_rope_", "vit-rope"))  # fmt: skip
+TIMM_FAMILIES = (
+    ("dinov3", "dinov3"),
+    ("eva02", "eva02"),
+    ("vit_pe_", "perception-encoder"),
+    ("_rope_mixed", ""),
+    ("_rope_reg", "eva02"),
+    ("_rope_", "vit-rope"),
+)
 """Architecture name fragments → preset, the first match wins ("": learned frequencies)."""
 
 
@@ -320,8 +421,16 @@ def timm_vision_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
         largest = max(grid) - (1 if gigantic else 0)
     head = 128 if "_7b_" in arch else TIMM_HEAD
     words = f"{size[-2]} x {size[-1]} pixels, head width {head} assumed"
-    family = VisionFamily(preset, "rope (timm rotary embedding)", grid, words,
-                          "timm's rotary embedding: float32 angles", compat="timm",
-                          keywords=lambda cfg: kw, dim=lambda cfg: head,
-                          buffers=preset == "eva02", largest=largest)  # fmt: skip
+    family = VisionFamily(
+        preset,
+        "rope (timm rotary embedding)",
+        grid,
+        words,
+        "timm's rotary embedding: float32 angles",
+        compat="timm",
+        keywords=lambda cfg: kw,
+        dim=lambda cfg: head,
+        buffers=preset == "eva02",
+        largest=largest,
+    )
     return [_finding(family, cfg, component)]

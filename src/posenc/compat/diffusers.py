@@ -108,8 +108,9 @@ def axial_rope(
     ``(cos, sin)``, ``[N, sum(axes_dim[:n])]`` float32."""
     pos = ids.float()
     wide = wide_dtype(ids.device)
-    tables = [rotary_1d(axes_dim[i], pos[..., i], theta, freqs_dtype=wide)
-              for i in range(ids.shape[-1])]  # fmt: skip
+    tables = [
+        rotary_1d(axes_dim[i], pos[..., i], theta, freqs_dtype=wide) for i in range(ids.shape[-1])
+    ]
     cos, sin = (torch.cat([t[j] for t in tables], dim=-1).to(ids.device) for j in (0, 1))
     return cos, sin
 
@@ -233,10 +234,14 @@ def _ltx(
             f"`compat='diffusers'`: ltx-video's coordinates are 2c - 1 from c = 0 (start -1 "
             f"on every axis), got start={list(starts)}"
         )
-    scales = [float(Fraction(st * b / 2).limit_denominator(1 << 20)) for st, b in
-              zip(steps, LTX_BASES, strict=True)]  # fmt: skip
-    grids = [torch.arange(n, dtype=torch.float32, device=device) * s * 1 / b
-             for n, s, b in zip(dims, scales, LTX_BASES, strict=True)]  # fmt: skip
+    scales = [
+        float(Fraction(st * b / 2).limit_denominator(1 << 20))
+        for st, b in zip(steps, LTX_BASES, strict=True)
+    ]
+    grids = [
+        torch.arange(n, dtype=torch.float32, device=device) * s * 1 / b
+        for n, s, b in zip(dims, scales, LTX_BASES, strict=True)
+    ]
     grid = torch.stack(torch.meshgrid(*grids, indexing="ij"), dim=0).flatten(1).transpose(0, 1)
     return ltx_tables(grid, r.dim, float(r.base))
 
@@ -256,8 +261,9 @@ def ltx_tables(
     channels first; else ``[..., dim / 2]`` one column per angle after the still ones (LTX-2's
     ``split`` before its per-head reshape)."""
     k = grid.shape[-1]
-    ladder = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // (2 * k),
-                                     device=grid.device, dtype=wide)  # fmt: skip
+    ladder = theta ** torch.linspace(
+        math.log(1.0, theta), math.log(theta, theta), dim // (2 * k), device=grid.device, dtype=wide
+    )
     ladder = (ladder * math.pi / 2.0).float()
     freqs = (ladder * (grid.unsqueeze(-1) * 2 - 1)).transpose(-1, -2).flatten(-2)
     cos, sin = freqs.cos(), freqs.sin()
@@ -339,8 +345,12 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
             out: tuple[Any, Any] = module.rotary_grid(call)
             return out
     check_form(call, FREE.get(call.family))
-    replays = {"cosmos": _cosmos, "qwen-image": _qwen_image, "ltx-video": _ltx,
-               "cogview4": _cogview4}  # fmt: skip
+    replays = {
+        "cosmos": _cosmos,
+        "qwen-image": _qwen_image,
+        "ltx-video": _ltx,
+        "cogview4": _cogview4,
+    }
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if call.family in replays:
@@ -378,13 +388,15 @@ def _per_axis(
     parts_cos, parts_sin = [], []
     for d, g in zip(r.axes_dim, blocks, strict=True):
         time_axis = family == "cogvideox" and g == 0
-        pos = _family_positions(family, dims[g], starts[g], steps[g], cropped and not time_axis,
-                                work)  # fmt: skip
+        pos = _family_positions(
+            family, dims[g], starts[g], steps[g], cropped and not time_axis, work
+        )
         if time_axis and cropped:  # get_3d's "linspace" time grid: 0 … T - 1 in float32
             t = dims[g]
             pos = torch.linspace(0, t * (t - 1) / t, t, device=work, dtype=torch.float32)
-        cos, sin = rotary_1d(d, pos, float(r.base), freqs_dtype=wide,
-                             interleave=r.layout == "interleaved")  # fmt: skip
+        cos, sin = rotary_1d(
+            d, pos, float(r.base), freqs_dtype=wide, interleave=r.layout == "interleaved"
+        )
         shape = [1] * k + [d]
         shape[g] = dims[g]
         full = [*dims, d]

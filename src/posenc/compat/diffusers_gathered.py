@@ -79,8 +79,16 @@ def lumina_next_table(
     """``get_2d_rotary_pos_embed_lumina(dim, h, w, linear_factor, ntk_factor)``, ``base`` its
     ``10000 * ntk_factor``: ``[h, w, dim / 2]`` complex64, each token's row and column rows
     taken in turn per frequency."""
-    rows, cols = (lumina_rows(dim // 2, torch.arange(n, device=device), base, torch.float32,
-                              linear_factor=linear_factor) for n in (h, w))  # fmt: skip
+    rows, cols = (
+        lumina_rows(
+            dim // 2,
+            torch.arange(n, device=device),
+            base,
+            torch.float32,
+            linear_factor=linear_factor,
+        )
+        for n in (h, w)
+    )
     n = dim // 4
     both = torch.stack([rows[:, None, :].expand(h, w, n), cols[None, :, :].expand(h, w, n)], -1)
     return both.flatten(2)

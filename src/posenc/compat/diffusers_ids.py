@@ -44,8 +44,9 @@ def ernie_angles(ids: torch.Tensor, theta: float, axes_dim: Sequence[int]) -> to
     Per axis ``1 / theta ** (arange(0, d, 2) / d)`` in float32, times the ids in float32
     (autocast off: diffusers' ``einsum`` with autocast disabled), concatenated."""
     if ids.shape[-1] < 3:
-        raise PosencError(f"`ids` of ErnieImageEmbedND3 needs 3 columns, got shape "
-                          f"{tuple(ids.shape)}")  # fmt: skip
+        raise PosencError(
+            f"`ids` of ErnieImageEmbedND3 needs 3 columns, got shape {tuple(ids.shape)}"
+        )
     parts = []
     for i in range(3):
         d = axes_dim[i]

@@ -111,10 +111,11 @@ def ltx2_coords(
     k = len(dims)
     audio = k == 1
     lo = [
-        torch.arange(shift if audio else 0, n + (shift if audio else 0), p, dtype=dtype,
-                     device=device)
+        torch.arange(
+            shift if audio else 0, n + (shift if audio else 0), p, dtype=dtype, device=device
+        )
         for n, p in zip(dims, patch, strict=True)
-    ]  # fmt: skip
+    ]
     bounds = []
     for a, (g, p, s) in enumerate(zip(lo, patch, scales, strict=True)):
         pair = torch.stack([g, g + p], dim=-1) * s  # [n, 2] in pixels (mel frames)

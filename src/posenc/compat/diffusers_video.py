@@ -57,8 +57,9 @@ def grid_tables(
     return cos.flatten(0, -2), sin.flatten(0, -2)  # [n, width] (an empty grid too)
 
 
-def ladder(d: int, theta: float, dtype: torch.dtype = torch.float32, device: Any = None
-           ) -> torch.Tensor:  # fmt: skip
+def ladder(
+    d: int, theta: float, dtype: torch.dtype = torch.float32, device: Any = None
+) -> torch.Tensor:
     """diffusers' frequencies of a block of width ``d``: ``1 / theta ** (arange(0, d, 2) / d)``
     in ``dtype`` (``get_1d_rotary_pos_embed``'s, and the buffers of Helios), ``[d / 2]``."""
     return 1.0 / (theta ** (torch.arange(0, d, 2, dtype=dtype, device=device)[: d // 2] / d))
@@ -108,8 +109,9 @@ def minimax_tables(
     """``MiniMaxH3RotaryPosEmbed(n, theta)(ids)`` (its ``inv_freq`` buffer in ``inv_dtype``):
     float32 positions ``[S, 3]`` times the one float32 ladder ``1 / theta ** (2j / 2n)``,
     ``[t | h | w]`` twice over: ``(cos, sin)`` ``[S, 6n]``."""
-    inv = 1.0 / (theta ** (torch.arange(0, 2 * n, 2, dtype=torch.float32, device=ids.device)
-                           / (2 * n)))  # fmt: skip
+    inv = 1.0 / (
+        theta ** (torch.arange(0, 2 * n, 2, dtype=torch.float32, device=ids.device) / (2 * n))
+    )
     freqs = ids.to(torch.float32).unsqueeze(-1) * inv.to(inv_dtype).view(1, 1, -1)
     freqs = torch.cat(freqs.unbind(dim=1), dim=-1)
     freqs = torch.cat((freqs, freqs), dim=-1)
@@ -133,23 +135,29 @@ def pooled_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
     """``AnyFlowCausalRotaryPosEmbed.avg_pool_complex(rows, k, k)``: the mean of each ``k``
     consecutive complex rows ``[n, c]`` (real and imaginary parts by ``avg_pool1d``), scaled
     back to modulus 1: ``[n // k, c]``."""
-    parts = [torch.nn.functional.avg_pool1d(p.transpose(0, 1)[None], k, k)[0].transpose(0, 1)
-             for p in (rows.real, rows.imag)]  # fmt: skip
+    parts = [
+        torch.nn.functional.avg_pool1d(p.transpose(0, 1)[None], k, k)[0].transpose(0, 1)
+        for p in (rows.real, rows.imag)
+    ]
     norm = torch.sqrt(parts[0] ** 2 + parts[1] ** 2)
     return torch.complex(parts[0] / norm, parts[1] / norm)
 
 
-def _check(family: str, r: Any, blocks: Sequence[int], starts: Sequence[float],
-           steps: Sequence[float]) -> None:  # fmt: skip
+def _check(
+    family: str, r: Any, blocks: Sequence[int], starts: Sequence[float], steps: Sequence[float]
+) -> None:
     """Refuse what the family's arithmetic does not have: another layout, factors, bases,
     block order, blocks (MiniMax-H3: three equal), or positions other than ``0, 1, 2, …``
     (HunyuanImage)."""
     layout = "halves" if family == "minimax-h3" else "interleaved"
     axes = r.axes_dim or ()
-    extra = {"layout": r.layout != layout, "axes_scale": r.axes_scale is not None,
-             "axes_dim": family == "minimax-h3" and (len(axes) != 3 or len(set(axes)) != 1),
-             "axes_base": r.axes_base is not None,
-             "block_axes": list(blocks) != list(range(len(blocks)))}  # fmt: skip
+    extra = {
+        "layout": r.layout != layout,
+        "axes_scale": r.axes_scale is not None,
+        "axes_dim": family == "minimax-h3" and (len(axes) != 3 or len(set(axes)) != 1),
+        "axes_base": r.axes_base is not None,
+        "block_axes": list(blocks) != list(range(len(blocks))),
+    }
     for key, bad in extra.items():
         if bad:
             raise PosencError(
@@ -179,8 +187,9 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if call.family == "minimax-h3":
             grid = zip(call.dims, call.starts, call.steps, strict=True)
-            axes = [s0 + st * torch.arange(n, device=work, dtype=torch.float64)
-                    for n, s0, st in grid]  # fmt: skip
+            axes = [
+                s0 + st * torch.arange(n, device=work, dtype=torch.float64) for n, s0, st in grid
+            ]
             ids = torch.stack([g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")], -1)
             return minimax_tables(ids, r.axes_dim[0] // 2, float(r.base))
         pos = [torch.arange(n, device=work, dtype=torch.float32) for n in call.dims]

@@ -78,19 +78,36 @@ ONE_D = "Kandinsky6RoPE1D's max_pos = 2048; Kandinsky5RoPE1D's 1024, the same ro
 
 TABLES: dict[str, tuple[Table, ...]] = {
     "wan": (Table("WanRotaryPosEmbed's max_seq_len = 1024", ((0, 1024),) * 3),),
-    "lumina2": (Table("Lumina2RotaryPosEmbed's axes_lens = (300, 512, 512)",
-                      ((0, 300), (0, 512), (0, 512))),),
-    "z-image": (Table("RopeEmbedder's axes_lens: Z-Image's (1024, 512, 512), Bria-FIBO2's "
-                      "(2048, 512, 512)", ((0, 2048), (0, 512), (0, 512))),),
-    "kandinsky5": (Table("Kandinsky5RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
-                   Table(ONE_D, ((0, 2048),))),
-    "kandinsky6": (Table("Kandinsky6RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
-                   Table(ONE_D, ((0, 2048),))),
-    "qwen-image": (Table("QwenEmbedRope's pos_freqs and neg_freqs: -4096 … 4095",
-                         ((-4096, 4096),) * 3),),
-    "cosmos": (Table("CosmosRotaryPosEmbed's arange(max(max_size // patch_size)) = 128 rows",
-                     ((0, 128),) * 3, indexed=True),),
-}  # fmt: skip
+    "lumina2": (
+        Table(
+            "Lumina2RotaryPosEmbed's axes_lens = (300, 512, 512)", ((0, 300), (0, 512), (0, 512))
+        ),
+    ),
+    "z-image": (
+        Table(
+            "RopeEmbedder's axes_lens: Z-Image's (1024, 512, 512), Bria-FIBO2's (2048, 512, 512)",
+            ((0, 2048), (0, 512), (0, 512)),
+        ),
+    ),
+    "kandinsky5": (
+        Table("Kandinsky5RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
+        Table(ONE_D, ((0, 2048),)),
+    ),
+    "kandinsky6": (
+        Table("Kandinsky6RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
+        Table(ONE_D, ((0, 2048),)),
+    ),
+    "qwen-image": (
+        Table("QwenEmbedRope's pos_freqs and neg_freqs: -4096 … 4095", ((-4096, 4096),) * 3),
+    ),
+    "cosmos": (
+        Table(
+            "CosmosRotaryPosEmbed's arange(max(max_size // patch_size)) = 128 rows",
+            ((0, 128),) * 3,
+            indexed=True,
+        ),
+    ),
+}
 """The families whose originals keep a fixed table of rows (diffusers 0.42's defaults, the
 checkpoints' own), one per form (Kandinsky's 3-D visual and 1-D text tables); every other
 replay computes its positions (no limit). The exact mode (no ``compat``) takes any position."""
@@ -124,8 +141,19 @@ def check_rows(call: GridCall) -> None:
             )
 
 
-FORM = ("layout", "blocks", "axes_dim", "axes_scale", "axes_base", "spacing", "interleave_axes",
-        "ladder_axes", "scaling", "sections", "interleave_sections")  # fmt: skip
+FORM = (
+    "layout",
+    "blocks",
+    "axes_dim",
+    "axes_scale",
+    "axes_base",
+    "spacing",
+    "interleave_axes",
+    "ladder_axes",
+    "scaling",
+    "sections",
+    "interleave_sections",
+)
 """The fields of a call's :class:`~posenc.spec.rotary.Rotary` that :func:`check_form` compares
 with the family's own (``dim`` and ``base`` are every replay's arguments)."""
 
@@ -168,8 +196,10 @@ def check_form(call: GridCall, free: Free | None = None) -> None:
             f"`dim` = {r.dim}: {label}, which this width does not have ({err})"
         ) from err
     preset = get_rotary_preset(call.family)
-    mine = {**{k: getattr(own, k) for k in FORM},
-            "block_axes": preset.block_axes or tuple(range(len(call.blocks)))}  # fmt: skip
+    mine = {
+        **{k: getattr(own, k) for k in FORM},
+        "block_axes": preset.block_axes or tuple(range(len(call.blocks))),
+    }
     for key, value in given.items():
         if key not in free and value != mine[key]:
             raise PosencError(

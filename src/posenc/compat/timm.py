@@ -204,8 +204,11 @@ def _dinov3_grid(
     """``RotaryEmbeddingDinoV3``'s ``grid_offset`` and ``normalize_coords`` for positions
     ``start + i * step`` (timm's ``((i + 0.5 + offset) / denom) * 2 - 1``)."""
     denoms = [_snap(2.0 / st) if st > 0 else math.inf for st in steps]
-    modes = {"separate": [float(n) for n in dims], "max": [float(max(dims))] * len(dims),
-             "min": [float(min(dims))] * len(dims)}  # fmt: skip
+    modes = {
+        "separate": [float(n) for n in dims],
+        "max": [float(max(dims))] * len(dims),
+        "min": [float(min(dims))] * len(dims),
+    }
     mode = next((m for m, want in modes.items() if denoms == want), None)
     if mode is None:
         raise PosencError(
@@ -242,18 +245,21 @@ def _cat_tables(
         feat = [feat[1], feat[0]]
         ref = None if ref is None else [ref[1], ref[0]]
     if offset is None:
-        t = [torch.linspace(-1.0, 1.0, steps=s, device=device, dtype=torch.float32)
-             for s in feat]  # fmt: skip
+        t = [torch.linspace(-1.0, 1.0, steps=s, device=device, dtype=torch.float32) for s in feat]
     else:
-        t = [torch.arange(s, device=device, dtype=torch.int64).to(torch.float32) + offset
-             for s in feat]  # fmt: skip
+        t = [
+            torch.arange(s, device=device, dtype=torch.int64).to(torch.float32) + offset
+            for s in feat
+        ]
     if ref is not None:
         t = [x / f * r for x, f, r in zip(t, feat, ref, strict=True)]
     grid = torch.stack(torch.meshgrid(t, indexing=indexing), dim=-1).to(dtype=torch.float32)
     pos = grid.unsqueeze(-1) * bands
     sin, cos = pos.sin().to(dtype=torch.float32), pos.cos().to(dtype=torch.float32)
-    return (_layout(sin.flatten(-2).flatten(0, -2), rotate_half),
-            _layout(cos.flatten(-2).flatten(0, -2), rotate_half))  # fmt: skip
+    return (
+        _layout(sin.flatten(-2).flatten(0, -2), rotate_half),
+        _layout(cos.flatten(-2).flatten(0, -2), rotate_half),
+    )
 
 
 def _dinov3_tables(
@@ -281,8 +287,10 @@ def _dinov3_tables(
         denom = [float(min(feat))] * len(feat)
     else:
         denom = [float(s) for s in feat]
-    t = [(torch.arange(0.5, s, dtype=torch.float32) + offset) / d
-         for s, d in zip(feat, denom, strict=True)]  # fmt: skip
+    t = [
+        (torch.arange(0.5, s, dtype=torch.float32) + offset) / d
+        for s, d in zip(feat, denom, strict=True)
+    ]
     grid = torch.stack(torch.meshgrid(t, indexing=indexing), dim=-1).to(dtype=torch.float32)
     coords = (2.0 * grid - 1.0).flatten(0, -2)
     coords = coords[:, :, None].to(device=device, dtype=torch.float32)
@@ -309,8 +317,9 @@ def mrope_tables(
     axis = torch.zeros(dim // 2, dtype=torch.long, device=device)
     axis[1 : row_col[0] * 3 : 3] = 1
     axis[2 : row_col[1] * 3 : 3] = 2
-    rows, cols = (torch.arange(s, device=device, dtype=torch.int64).to(torch.float32)
-                  for s in shape)  # fmt: skip
+    rows, cols = (
+        torch.arange(s, device=device, dtype=torch.int64).to(torch.float32) for s in shape
+    )
     grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
     pos = torch.cat([torch.zeros_like(grid[:, :1]), grid], dim=-1).index_select(-1, axis)
     angles = pos * inv_freq
@@ -349,12 +358,16 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if kind == DINOV3:
-            sin, cos = _dinov3_tables(call.dims, r.dim, r.base, offset or 0.0, mode, indexing,
-                                      rotate_half, work)  # fmt: skip
+            sin, cos = _dinov3_tables(
+                call.dims, r.dim, r.base, offset or 0.0, mode, indexing, rotate_half, work
+            )
         else:
             n = r.dim // 4
-            bands = (pixel_bands(n, r.base, r.spacing == "pixel-linear") if kind == PIXEL
-                     else lang_bands(n, r.base))  # fmt: skip
+            bands = (
+                pixel_bands(n, r.base, r.spacing == "pixel-linear")
+                if kind == PIXEL
+                else lang_bands(n, r.base)
+            )
             sin, cos = _cat_tables(call.dims, bands, offset, refs, indexing, rotate_half, work)
         return cos, sin
 

@@ -107,13 +107,30 @@ class Family:
     interleave: bool = False
     float32: bool = False
     per_layer: bool = False
+    checked: bool = False
+    """Taken for a module only once its tables were seen to be this form's (``STANDARD``): a
+    key of the model's own in ``rope_parameters`` (``ignore_keys_at_rope_validation``) that
+    the rule does not take is then dropped, since the module's numbers showed it unread."""
 
 
 _HALVES, _PARTIAL = Family("halves"), Family("halves", partial=True)
 FAMILIES: dict[str, Family] = {
     **dict.fromkeys(
-        ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
-         "gemma2", "granite", "deepseek_v3", "starcoder2", "smollm3"),
+        (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "gemma",
+            "gemma2",
+            "granite",
+            "deepseek_v3",
+            "starcoder2",
+            "smollm3",
+        ),
         _HALVES,
     ),
     **dict.fromkeys(("olmo", "olmo2"), Family("halves", float32=True)),
@@ -126,9 +143,40 @@ FAMILIES: dict[str, Family] = {
     **dict.fromkeys(("gemma3_text", "gemma3n_text"), Family("halves", per_layer=True)),
     "gemma4_text": Family("halves", per_layer=True),  # per-layer head dims, proportional
     "olmo3": Family("halves", float32=True, per_layer=True),
-}  # fmt: skip
+}
 """The model families whose rotary modules ``RotaryEmbedding.from_hf`` reproduces (each one
 checked bit for bit against transformers 5.23 in the tests), by ``config.model_type``."""
+STANDARD: tuple[Family, ...] = (
+    Family("halves", partial=True, checked=True),
+    Family("halves", checked=True),
+    Family("halves", float32=True, checked=True),
+    Family("halves", partial=True, per_layer=True, checked=True),
+    Family("halves", per_layer=True, checked=True),
+)
+"""The forms of transformers' standard rotary machinery (``compute_default_rope_parameters``
+and ``ROPE_INIT_FUNCTIONS`` from ``config.rope_parameters``, ``inv_freq``, ``attention_scaling``,
+``[freqs | freqs]`` tables; one set per layer type, as Gemma 3's), which a model type
+``FAMILIES`` does not list may follow:
+:func:`posenc.torch.patch` takes the first whose replay repeats the module's own tables bit for
+bit (Falcon, Helium, GLM-4, …), and leaves the module alone when none does."""
+
+
+def multimodal(sections: Any) -> tuple[Family, ...]:
+    """The forms of transformers' standard multimodal rotary machinery for a module that holds
+    ``mrope_section`` (``sections``, its default when the config gives none): Qwen2-VL's
+    blocks of sections and Qwen3-VL's round robin. ``()`` when ``sections`` is not a list of
+    positive integers."""
+    if not (isinstance(sections, (list, tuple)) and sections):
+        return ()
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sections):
+        return ()
+    split = tuple(sections)
+    return tuple(
+        Family("halves", partial=partial, sections=split, interleave=interleave, checked=True)
+        for interleave in (False, True)
+        for partial in (True, False)
+    )
+
 
 _WRAPPERS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4", "gemma3", "gemma3n", "gemma4")
 _NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved", "type")
@@ -150,11 +198,12 @@ class HfRotary:
     layer_type: str | None = None
 
 
-def layer_types(config: Any) -> tuple[str, ...]:
+def layer_types(config: Any, family: Family | None = None) -> tuple[str, ...]:
     """The layer types whose tables ``config``'s rotary module holds, as transformers' module
     lists them (``sorted(set(config.layer_types))``, those with parameters); ``()`` for a
-    family with one set of tables."""
-    config, model_type, family = _family(config)
+    family with one set of tables. ``family``: how a model type ``FAMILIES`` does not list
+    reads its config (:data:`STANDARD`), once its module was seen to compute that."""
+    config, model_type, family = _family(config, family)
     if not family.per_layer:
         return ()
     rp = _parameters(config, model_type)
@@ -171,21 +220,24 @@ def layer_types(config: Any) -> tuple[str, ...]:
     return found
 
 
-def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
+def read_config(
+    config: Any, layer_type: str | None = None, family: Family | None = None
+) -> HfRotary:
     """What ``config``'s rotary module computes (for ``layer_type``, in a per-layer-type
     family: see :func:`layer_types`); a family not covered, a missing field or a rotary
     width past the head are errors naming it. Keys of ``rope_parameters`` that the rule does
     not take are dropped with one warning, as transformers ignores them (with a logged
-    warning); model-specific keys it does not warn about are refused."""
-    config, model_type, family = _family(config)
+    warning); model-specific keys it does not warn about are refused. ``family``: as for
+    :func:`layer_types`."""
+    config, model_type, family = _family(config, family)
     rp = outer = _parameters(config, model_type)
     if family.per_layer:
         own_set = rp.get(layer_type) if layer_type is not None else None
         if not isinstance(own_set, dict):
+            kinds = ", ".join(map(repr, layer_types(config, family)))
             raise PosencError(
                 f"`config.rope_parameters` of {model_type!r} holds one set per layer type; "
-                f"`layer_type` must be one of {', '.join(map(repr, layer_types(config)))}, got "
-                f"{layer_type!r}"
+                f"`layer_type` must be one of {kinds}, got {layer_type!r}"
             )
         rp = own_set
     elif layer_type is not None:
@@ -269,14 +321,15 @@ def read_config(config: Any, layer_type: str | None = None) -> HfRotary:
     return HfRotary(keywords, family, model_type, longest, layer_type)
 
 
-def _family(config: Any) -> tuple[Any, Any, Family]:
+def _family(config: Any, given: Family | None = None) -> tuple[Any, Any, Family]:
     """The config that holds the rotary parameters (a multimodal one's text config), its
-    model type and family; a family not covered is an error."""
+    model type and family (``given``, else the model type's in ``FAMILIES``); a family not
+    covered is an error."""
     model_type = getattr(config, "model_type", None)
     if model_type in _WRAPPERS and getattr(config, "text_config", None) is not None:
         config = config.text_config
         model_type = getattr(config, "model_type", None)
-    family = FAMILIES.get(model_type)  # type: ignore[arg-type]
+    family = given or FAMILIES.get(model_type)  # type: ignore[arg-type]
     if family is None:
         raise PosencError(
             f"`config` of model_type {model_type!r} is not a family from_hf covers (it would "
@@ -318,6 +371,9 @@ def _known_keys(
         takes.update(_SECTIONS)
     unknown = [k for k in rp if k not in takes]
     own = set(getattr(config, "ignore_keys_at_rope_validation", None) or ()) - set(_SECTIONS)
+    if family.checked:  # the module's tables showed the rule reads none of them
+        rp = {k: v for k, v in rp.items() if k not in own or k in takes}
+        unknown = [k for k in unknown if k not in own]
     for key in unknown:
         if key in own:
             raise PosencError(

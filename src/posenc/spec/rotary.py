@@ -362,9 +362,12 @@ def _blocks(blocks: Any, layout: str, dim: int, preset: str | None = None) -> in
         raise PosencError(
             f"`blocks` = {n} must cut `dim` = {dim} into blocks of an even width "
             f"(dim a multiple of 2 * blocks)"
-            + (f": {n} is preset {preset!r}'s count, pass `blocks` or another `layout`"
-               if preset else "")
-        )  # fmt: skip
+            + (
+                f": {n} is preset {preset!r}'s count, pass `blocks` or another `layout`"
+                if preset
+                else ""
+            )
+        )
     return n
 
 

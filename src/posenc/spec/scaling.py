@@ -266,61 +266,108 @@ def _prop32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device
     return out, 1.0
 
 
-_YARN_OPTIONAL = {"factor": None, "attention_factor": None, "beta_fast": 32.0, "beta_slow": 1.0,
-                  "mscale": None, "mscale_all_dim": None, "truncate": True,
-                  "max_position_embeddings": None}  # fmt: skip
+_YARN_OPTIONAL = {
+    "factor": None,
+    "attention_factor": None,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": None,
+    "mscale_all_dim": None,
+    "truncate": True,
+    "max_position_embeddings": None,
+}
 _LONGEST = {"max_position_embeddings": False}  # completed from the config, when it has it
 
 RULES: dict[str, Rule] = {
-    "default": Rule((), {}, lambda p, d, base, n: (paper(d, base), 1.0),
-                    lambda xp, p, d, base, n, dev: (paper32(xp, d, base, dev), 1.0), unscaled=True),
-    "linear": Rule(("factor",), {}, lambda p, d, base, n: (paper(d, base) / p["factor"], 1.0),
-                   _linear32, requires_factor=True),
+    "default": Rule(
+        (),
+        {},
+        lambda p, d, base, n: (paper(d, base), 1.0),
+        lambda xp, p, d, base, n, dev: (paper32(xp, d, base, dev), 1.0),
+        unscaled=True,
+    ),
+    "linear": Rule(
+        ("factor",),
+        {},
+        lambda p, d, base, n: (paper(d, base) / p["factor"], 1.0),
+        _linear32,
+        requires_factor=True,
+    ),
     "dynamic": Rule(
-        ("factor", "max_position_embeddings"), {}, _dynamic, _dynamic32,
+        ("factor", "max_position_embeddings"),
+        {},
+        _dynamic,
+        _dynamic32,
         lambda p, n: n if n > p["max_position_embeddings"] else None,
-        requires_factor=True, from_config=_LONGEST, remembers_length=True,
+        requires_factor=True,
+        from_config=_LONGEST,
+        remembers_length=True,
     ),
     "yarn": Rule(
-        ("original_max_position_embeddings",), _YARN_OPTIONAL, _yarn, _yarn32,
-        check=yarn_factor, from_config=_LONGEST,  # factor, or the lengths it follows from
+        ("original_max_position_embeddings",),
+        _YARN_OPTIONAL,
+        _yarn,
+        _yarn32,
+        check=yarn_factor,
+        from_config=_LONGEST,  # factor, or the lengths it follows from
     ),
     "longrope": Rule(
         ("short_factor", "long_factor", "original_max_position_embeddings"),
         {"factor": None, "attention_factor": None, "max_position_embeddings": None},
-        _longrope, _longrope32, check=yarn_factor, switches_tables=True,
-        phase=lambda p, n: p["original_max_position_embeddings"] + 1 if longrope_long(p, n)
-        else None,
+        _longrope,
+        _longrope32,
+        check=yarn_factor,
+        switches_tables=True,
+        phase=lambda p, n: (
+            p["original_max_position_embeddings"] + 1 if longrope_long(p, n) else None
+        ),
         from_config={**_LONGEST, "original_max_position_embeddings": True},
     ),
     "llama3": Rule(
         ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-        {}, _llama3, _llama3_32, requires_factor=True, check=_llama3_check,
+        {},
+        _llama3,
+        _llama3_32,
+        requires_factor=True,
+        check=_llama3_check,
     ),
-    "proportional": Rule(("partial_rotary_factor",), {"factor": 1.0}, _proportional,
-                         _prop32),
-}  # fmt: skip
+    "proportional": Rule(("partial_rotary_factor",), {"factor": 1.0}, _proportional, _prop32),
+}
 """Every ``rope_type`` of transformers 5.x: all there is to know of it (see :class:`Rule`)."""
 
 DEFAULT = "default"
 """The ``rope_type`` of a dict (or config) that names none."""
 
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    **dict.fromkeys(("factor", "attention_factor"),
-                    lambda n, v: None if v is None else _positive(n, v)),
-    **dict.fromkeys(("mscale", "mscale_all_dim"),
-                    lambda n, v: None if v is None else check_real(n, v)),
+    **dict.fromkeys(
+        ("factor", "attention_factor"), lambda n, v: None if v is None else _positive(n, v)
+    ),
+    **dict.fromkeys(
+        ("mscale", "mscale_all_dim"), lambda n, v: None if v is None else check_real(n, v)
+    ),
     "max_position_embeddings": lambda n, v: None if v is None else _length(n, v),
-    **dict.fromkeys(("beta_fast", "beta_slow"),  # 0: transformers' `or` takes the default
-                    lambda n, v: None if v is None or v == 0 else _positive(n, v)),
-    "original_max_position_embeddings": _length, "truncate": check_bool,
-    "short_factor": _factors, "long_factor": _factors,
-    "low_freq_factor": _positive, "high_freq_factor": _positive,
+    **dict.fromkeys(
+        ("beta_fast", "beta_slow"),  # 0: transformers' `or` takes the default
+        lambda n, v: None if v is None or v == 0 else _positive(n, v),
+    ),
+    "original_max_position_embeddings": _length,
+    "truncate": check_bool,
+    "short_factor": _factors,
+    "long_factor": _factors,
+    "low_freq_factor": _positive,
+    "high_freq_factor": _positive,
     "partial_rotary_factor": _fraction,
-}  # fmt: skip
+}
 
-SHARED = ("rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section",
-          "mrope_interleaved", "max_position_embeddings")  # fmt: skip
+SHARED = (
+    "rope_type",
+    "type",
+    "rope_theta",
+    "partial_rotary_factor",
+    "mrope_section",
+    "mrope_interleaved",
+    "max_position_embeddings",
+)
 """Keys any rule's dict may carry: the type, and values that must agree with keywords."""
 
 

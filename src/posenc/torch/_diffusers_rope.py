@@ -29,12 +29,22 @@ class VideoRope(AxialRotaryEmbedding):
     repeats diffusers' arithmetic (``"diffusers"``, or ``"diffusers-mps"``: Wan on an MPS
     host)."""
 
-    def __init__(self, preset: str, dim: int, patch: tuple[int, int, int], *, wan: bool,
-                 compat: str | None = None, axes_dim: tuple[int, ...] | None = None,
-                 base: float | None = None, axes_base: tuple[float, ...] | None = None,
-                 device: Any = None) -> None:  # fmt: skip
-        super().__init__(dim, preset=preset, axes_dim=axes_dim, base=base, axes_base=axes_base,
-                         device=device)  # fmt: skip
+    def __init__(
+        self,
+        preset: str,
+        dim: int,
+        patch: tuple[int, int, int],
+        *,
+        wan: bool,
+        compat: str | None = None,
+        axes_dim: tuple[int, ...] | None = None,
+        base: float | None = None,
+        axes_base: tuple[float, ...] | None = None,
+        device: Any = None,
+    ) -> None:
+        super().__init__(
+            dim, preset=preset, axes_dim=axes_dim, base=base, axes_base=axes_base, device=device
+        )
         self.patch_size, self.wan, self.compat = tuple(patch), wan, compat
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VideoRope:
@@ -53,9 +63,16 @@ class VideoRope(AxialRotaryEmbedding):
         """``(cos, sin)`` of every token of the latents' patched grid."""
         shape = self.grid(hidden_states)
         if self.compat is not None:
-            cos, sin = rope_grid(shape, self.dim, preset=self.preset, axes_dim=self.rotary.axes_dim,
-                                 base=self.rotary.base, compat=self.compat, dtype=torch.float32,
-                                 device=self._device)  # fmt: skip
+            cos, sin = rope_grid(
+                shape,
+                self.dim,
+                preset=self.preset,
+                axes_dim=self.rotary.axes_dim,
+                base=self.rotary.base,
+                compat=self.compat,
+                dtype=torch.float32,
+                device=self._device,
+            )
             cos, sin = cos.to(self._dtype), sin.to(self._dtype)  # buffers .to() cast
         else:  # rounded once, to the dtype the module was moved to (Wan's) or float32
             cos, sin = super().forward(shape, dtype=self._dtype)
@@ -76,8 +93,17 @@ class VideoRope(AxialRotaryEmbedding):
                 pos = torch.arange(rows, device=self._device)
                 tables.append(original.rotary_1d(d, pos, float(r.base), freqs_dtype=wide))
             else:
-                tables.append(rope_grid((rows,), d, axes_dim=(d,), base=r.base, layout=r.layout,
-                                        dtype=torch.float32, device=self._device))  # fmt: skip
+                tables.append(
+                    rope_grid(
+                        (rows,),
+                        d,
+                        axes_dim=(d,),
+                        base=r.base,
+                        layout=r.layout,
+                        dtype=torch.float32,
+                        device=self._device,
+                    )
+                )
         return [torch.cat([t[j] for t in tables], dim=-1).to(self._dtype) for j in (0, 1)]
 
     def extra_repr(self) -> str:
@@ -90,11 +116,27 @@ class CosmosRope(VideoRope):
     fps=None)``, ``(cos, sin)`` ``[S, D]`` float32 (diffusers' dtype, whatever ``.to()``
     says), a video's frames at ``i * base_fps / fps``."""
 
-    def __init__(self, dim: int, patch: tuple[int, int, int], axes: tuple[int, ...],
-                 bases: tuple[float, ...], base_fps: float, *, compat: str | None = None,
-                 device: Any = None) -> None:  # fmt: skip
-        super().__init__("cosmos", dim, patch, wan=False, compat=compat, axes_dim=axes,
-                         axes_base=bases, device=device)  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        patch: tuple[int, int, int],
+        axes: tuple[int, ...],
+        bases: tuple[float, ...],
+        base_fps: float,
+        *,
+        compat: str | None = None,
+        device: Any = None,
+    ) -> None:
+        super().__init__(
+            "cosmos",
+            dim,
+            patch,
+            wan=False,
+            compat=compat,
+            axes_dim=axes,
+            axes_base=bases,
+            device=device,
+        )
         self.base_fps = base_fps
 
     def forward(self, hidden_states: Tensor, fps: float | None = None) -> tuple[Tensor, Tensor]:  # type: ignore[override]
@@ -105,10 +147,17 @@ class CosmosRope(VideoRope):
             cos, sin = AxialRotaryEmbedding.forward(self, shape, dtype=torch.float32)
         else:
             r = self.rotary
-            cos, sin = rope_grid(shape, self.dim, preset="cosmos", axes_dim=r.axes_dim,
-                                 axes_base=r.axes_base, step=(step, 1.0, 1.0),
-                                 dtype=torch.float32, device=self._device,
-                                 compat=self.compat)  # fmt: skip
+            cos, sin = rope_grid(
+                shape,
+                self.dim,
+                preset="cosmos",
+                axes_dim=r.axes_dim,
+                axes_base=r.axes_base,
+                step=(step, 1.0, 1.0),
+                dtype=torch.float32,
+                device=self._device,
+                compat=self.compat,
+            )
         return cos.to(hidden_states.device), sin.to(hidden_states.device)
 
 
@@ -118,20 +167,31 @@ class QwenImageRope(nn.Module):
     ``i`` of ``video_fhw`` at frames from ``i``, rows and columns centred (``scale_rope``) or
     from 0; the text at ``M + j`` on every axis, ``M`` the images' largest half-side (side)."""
 
-    def __init__(self, theta: float, axes_dim: tuple[int, ...], scale_rope: bool,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, theta: float, axes_dim: tuple[int, ...], scale_rope: bool, compat: str | None = None
+    ) -> None:
         super().__init__()
         self.theta, self.axes_dim, self.scale_rope = theta, tuple(axes_dim), scale_rope
         self.compat = compat
 
     def _table(self, shape: tuple[int, ...], start: tuple[float, ...], device: Any) -> Tensor:
-        cos, sin = rope_grid(shape, sum(self.axes_dim), preset="qwen-image", base=self.theta,
-                             axes_dim=self.axes_dim, layout="compact", start=start,
-                             compat=self.compat, dtype=torch.float32, device=device)  # fmt: skip
+        cos, sin = rope_grid(
+            shape,
+            sum(self.axes_dim),
+            preset="qwen-image",
+            base=self.theta,
+            axes_dim=self.axes_dim,
+            layout="compact",
+            start=start,
+            compat=self.compat,
+            dtype=torch.float32,
+            device=device,
+        )
         return torch.complex(cos, sin)
 
-    def forward(self, video_fhw: Any, device: Any = None, max_txt_seq_len: Any = None
-                ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    def forward(
+        self, video_fhw: Any, device: Any = None, max_txt_seq_len: Any = None
+    ) -> tuple[Tensor, Tensor]:
         """The tables of the images of ``video_fhw`` and of ``max_txt_seq_len`` text tokens."""
         if max_txt_seq_len is None:
             raise PosencError("`max_txt_seq_len` must be given (QwenEmbedRope's rule)")
@@ -153,8 +213,10 @@ class QwenImageRope(nn.Module):
         else:
             video_fhw, names = [video_fhw], [name]
         axes = f"(one per block of axes_dim {self.axes_dim})"
-        return [grid_shape(fhw, len(self.axes_dim), name=label, axes=axes)
-                for label, fhw in zip(names, video_fhw, strict=True)]  # fmt: skip
+        return [
+            grid_shape(fhw, len(self.axes_dim), name=label, axes=axes)
+            for label, fhw in zip(names, video_fhw, strict=True)
+        ]
 
     def _image(self, fhw: tuple[int, ...], frame: int, device: Any) -> tuple[Tensor, int]:
         """One image's table, its frames from ``frame``, and its half-side (its side without
@@ -170,9 +232,14 @@ class QwenImageRope(nn.Module):
         if self.compat is not None:
             rows = [original.qwen_image_rows(pos, d, self.theta) for d in self.axes_dim]
             return torch.cat(rows, dim=1)
-        cos, sin = rope(pos[:, None].expand(n, len(self.axes_dim)), sum(self.axes_dim),
-                        base=self.theta, axes_dim=self.axes_dim, layout="compact",
-                        dtype=torch.float32)  # fmt: skip
+        cos, sin = rope(
+            pos[:, None].expand(n, len(self.axes_dim)),
+            sum(self.axes_dim),
+            base=self.theta,
+            axes_dim=self.axes_dim,
+            layout="compact",
+            dtype=torch.float32,
+        )
         return torch.complex(cos, sin)
 
     def extra_repr(self) -> str:
@@ -187,18 +254,28 @@ class LTXRope(nn.Module):
     grid, or ``video_coords / base``; exact (``posenc.rope_grid`` / ``posenc.rope`` of ``2c -
     1``, preset ``ltx-video``) or diffusers' float32 arithmetic."""
 
-    def __init__(self, dim: int, bases: tuple[float, float, float],
-                 patch: tuple[int, int, int], theta: float,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        bases: tuple[float, float, float],
+        patch: tuple[int, int, int],
+        theta: float,
+        compat: str | None = None,
+    ) -> None:
         super().__init__()
         self.dim, self.bases, self.patch, self.theta = dim, bases, patch, theta
         self.compat = compat
         rope_grid((1, 1, 1), dim, preset="ltx-video", base=theta)  # refused now if it cannot
 
-    def forward(self, hidden_states: Tensor, num_frames: int | None = None,
-                height: int | None = None, width: int | None = None,
-                rope_interpolation_scale: Any = None, video_coords: Tensor | None = None
-                ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    def forward(
+        self,
+        hidden_states: Tensor,
+        num_frames: int | None = None,
+        height: int | None = None,
+        width: int | None = None,
+        rope_interpolation_scale: Any = None,
+        video_coords: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
         """The tables of every token, for each of the batch's ``B`` items."""
         b, device = hidden_states.size(0), hidden_states.device
         if video_coords is not None:
@@ -208,10 +285,19 @@ class LTXRope(nn.Module):
             steps = [2.0, 2.0, 2.0]
         else:
             scales = [float(v) for v in rope_interpolation_scale]
-            steps = [2 * s * p / base for s, p, base in zip(scales, self.patch, self.bases,
-                                                           strict=True)]  # fmt: skip
-        cos, sin = rope_grid(dims, self.dim, preset="ltx-video", base=self.theta, step=steps,
-                             compat=self.compat, dtype=torch.float32, device=device)  # fmt: skip
+            steps = [
+                2 * s * p / base for s, p, base in zip(scales, self.patch, self.bases, strict=True)
+            ]
+        cos, sin = rope_grid(
+            dims,
+            self.dim,
+            preset="ltx-video",
+            base=self.theta,
+            step=steps,
+            compat=self.compat,
+            dtype=torch.float32,
+            device=device,
+        )
         return cos[None].expand(b, -1, -1), sin[None].expand(b, -1, -1)
 
     def _coords(self, coords: Tensor, device: Any) -> tuple[Tensor, Tensor]:
@@ -234,8 +320,14 @@ class CogView4Rope(nn.Module):
     ``GlmImageRotaryPosEmbed`` (``canvas`` None: at ``i``): ``forward(hidden_states)`` ->
     ``(cos, sin)`` ``[H * W, dim]`` float32 on the CPU, as the originals build them."""
 
-    def __init__(self, dim: int, patch: int, theta: float, canvas: tuple[int, int] | None,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        patch: int,
+        theta: float,
+        canvas: tuple[int, int] | None,
+        compat: str | None = None,
+    ) -> None:
         super().__init__()
         self.dim, self.patch_size, self.theta, self.canvas = dim, patch, theta, canvas
         self.compat = compat

@@ -60,9 +60,16 @@ class Lumina2Rope(nn.Module):
     ``dtype``: the tables' complex dtype (complex128, diffusers' on CPU and CUDA; complex64 on
     a host with MPS). ``compat``: ``"diffusers"`` or ``"diffusers-mps"``."""
 
-    def __init__(self, theta: float, axes_dim: tuple[int, ...], axes_lens: tuple[int, ...],
-                 patch_size: int, *, dtype: torch.dtype = torch.complex128,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        theta: float,
+        axes_dim: tuple[int, ...],
+        axes_lens: tuple[int, ...],
+        patch_size: int,
+        *,
+        dtype: torch.dtype = torch.complex128,
+        compat: str | None = None,
+    ) -> None:
         super().__init__()
         self.theta, self.axes_dim, self.axes_lens = theta, tuple(axes_dim), tuple(axes_lens)
         self.patch_size, self.compat = patch_size, compat
@@ -101,8 +108,10 @@ class Lumina2Rope(nn.Module):
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return (f"theta={self.theta}, axes_dim={list(self.axes_dim)}, "
-                f"axes_lens={list(self.axes_lens)}{mode}")  # fmt: skip
+        return (
+            f"theta={self.theta}, axes_dim={list(self.axes_dim)}, "
+            f"axes_lens={list(self.axes_lens)}{mode}"
+        )
 
 
 class ZImageRope(nn.Module):
@@ -111,13 +120,19 @@ class ZImageRope(nn.Module):
     ``forward(ids)`` with ids ``[N, k]`` -> the complex64 rows ``[N, sum(d_a) / 2]``; the
     tables follow the ids' device. ``compat``: ``"diffusers"``."""
 
-    def __init__(self, theta: float, axes_dims: tuple[int, ...], axes_lens: tuple[int, ...],
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        theta: float,
+        axes_dims: tuple[int, ...],
+        axes_lens: tuple[int, ...],
+        compat: str | None = None,
+    ) -> None:
         super().__init__()
         self.theta, self.axes_dims, self.axes_lens = theta, tuple(axes_dims), tuple(axes_lens)
         self.compat = compat
-        self.freqs_cis = axis_tables("z-image", theta, self.axes_dims, self.axes_lens,
-                                     torch.complex64, compat)  # fmt: skip
+        self.freqs_cis = axis_tables(
+            "z-image", theta, self.axes_dims, self.axes_lens, torch.complex64, compat
+        )
 
     def forward(self, ids: Tensor) -> Tensor:
         """The rows of ids ``[N, k]`` (each below its axis's ``axes_lens``)."""
@@ -132,5 +147,7 @@ class ZImageRope(nn.Module):
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return (f"theta={self.theta}, axes_dims={list(self.axes_dims)}, "
-                f"axes_lens={list(self.axes_lens)}{mode}")  # fmt: skip
+        return (
+            f"theta={self.theta}, axes_dims={list(self.axes_dims)}, "
+            f"axes_lens={list(self.axes_lens)}{mode}"
+        )

@@ -76,11 +76,17 @@ class HFRotaryEmbedding(_Tracked):
     call's own length (the same ids give the same tables, whatever came before).
     """
 
-    def __init__(self, config: Any, compat: str | None = None, device: Any = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        compat: str | None = None,
+        device: Any = None,
+        family: _rope_compat.Family | None = None,
+    ) -> None:
         super().__init__(device=device, dtype=torch.float32)
         self.compat = None if compat is None else check_choice("compat", compat, ("transformers",))
-        self.layer_types = _rope_compat.layer_types(config)
-        reads = [_rope_compat.read_config(config, t) for t in self.layer_types or (None,)]
+        self.layer_types = _rope_compat.layer_types(config, family)
+        reads = [_rope_compat.read_config(config, t, family) for t in self.layer_types or (None,)]
         hf = reads[0]
         self.config = config
         self.model_type = hf.model_type

@@ -116,8 +116,15 @@ class VisionRope(_Tracked):
             if key not in self._kept:
                 rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
                 own = torch.stack([cols.flatten(), rows.flatten()], dim=-1) * scale
-                table = rope_grid((h, w), self.dim, preset=self.family, base=self.base,
-                                  step=scale, dtype=torch.float32, device=x.device)  # fmt: skip
+                table = rope_grid(
+                    (h, w),
+                    self.dim,
+                    preset=self.family,
+                    base=self.base,
+                    step=scale,
+                    dtype=torch.float32,
+                    device=x.device,
+                )
                 self._kept[key] = (own.to(x.device), table)
             own, table = self._kept[key]
             if ids.shape == own.shape and torch.equal(ids, own):
@@ -133,8 +140,9 @@ class VisionRope(_Tracked):
         c = self.config
         augment = (c.pos_embed_shift, c.pos_embed_jitter, c.pos_embed_rescale)
         if not self.compat and not (self.training and any(a is not None for a in augment)):
-            cos, sin = rope_grid((h, w), self.dim, preset="dinov3", base=self.base,
-                                 dtype=dtype, device=device)  # fmt: skip
+            cos, sin = rope_grid(
+                (h, w), self.dim, preset="dinov3", base=self.base, dtype=dtype, device=device
+            )
             return cos.contiguous(), sin.contiguous()
         coords = original.dinov3_coords(h, w, device)
         if self.training:  # the original's random draws, in its order
@@ -154,9 +162,15 @@ class VisionRope(_Tracked):
             n = self.grid
             mode = "transformers" if self.compat else None
             wide = self._llama_dtype == torch.complex128 and not self.compat
-            cos, sin = rope_grid((n, n), self.dim, preset="llama4-vision", base=self.base,
-                                 compat=mode, device=device,
-                                 dtype=torch.float64 if wide else torch.float32)  # fmt: skip
+            cos, sin = rope_grid(
+                (n, n),
+                self.dim,
+                preset="llama4-vision",
+                base=self.base,
+                compat=mode,
+                device=device,
+                dtype=torch.float64 if wide else torch.float32,
+            )
             one = torch.ones(1, self.dim // 2, dtype=cos.dtype, device=device)
             real = torch.cat([cos[:, 0::2], one])  # the class token last, at angle 0
             imag = torch.cat([sin[:, 0::2], torch.zeros_like(one)])

@@ -42,13 +42,19 @@ class MatrixRope(nn.Module):
     axes_dim=...)``, interleaved) or, with ``compat="original"``, diffusers' float64
     arithmetic."""
 
-    def __init__(self, theta: float, axes_dim: Sequence[int], head_axis: int,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, theta: float, axes_dim: Sequence[int], head_axis: int, compat: str | None = None
+    ) -> None:
         super().__init__()
         self.theta, self.axes_dim = theta, list(axes_dim)
         self.head_axis, self.compat = head_axis, compat
-        rope(torch.zeros(1, len(axes_dim)), sum(axes_dim), base=float(theta),
-             layout="compact", axes_dim=tuple(axes_dim))  # fmt: skip  # checked now
+        rope(
+            torch.zeros(1, len(axes_dim)),
+            sum(axes_dim),
+            base=float(theta),
+            layout="compact",
+            axes_dim=tuple(axes_dim),
+        )  # checked now
 
     def forward(self, ids: Tensor) -> Tensor:
         """The rotation matrices of the ids ``[B, N, n]``."""
@@ -56,8 +62,14 @@ class MatrixRope(nn.Module):
         if self.compat is not None:
             out = original.matrix_rope(ids, self.theta, axes)
         else:
-            cos, sin = rope(ids, sum(axes), base=float(self.theta), layout="compact",
-                            axes_dim=axes, dtype=torch.float32)  # fmt: skip
+            cos, sin = rope(
+                ids,
+                sum(axes),
+                base=float(self.theta),
+                layout="compact",
+                axes_dim=axes,
+                dtype=torch.float32,
+            )
             out = original.rotation_matrices(cos, sin)
         return out.unsqueeze(self.head_axis)
 
@@ -77,16 +89,19 @@ class ErnieRope(nn.Module):
     so it stays the float32 angle nearest the true one; computed on the CPU where the ids'
     device has no float64). ``compat="original"``: diffusers' float32 arithmetic."""
 
-    def __init__(self, dim: int, theta: float, axes_dim: Sequence[int],
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, dim: int, theta: float, axes_dim: Sequence[int], compat: str | None = None
+    ) -> None:
         super().__init__()
         self.dim, self.theta, self.axes_dim = dim, theta, list(axes_dim)
         self.compat = compat
         if len(self.axes_dim) != 3:
-            raise PosencError(f"`axes_dim` of ErnieImageEmbedND3 needs 3 blocks, got "
-                              f"{self.axes_dim}")  # fmt: skip
-        plan = rotary(sum(axes_dim), base=float(theta), layout="compact",
-                      axes_dim=tuple(self.axes_dim)).plan(None)  # fmt: skip
+            raise PosencError(
+                f"`axes_dim` of ErnieImageEmbedND3 needs 3 blocks, got {self.axes_dim}"
+            )
+        plan = rotary(
+            sum(axes_dim), base=float(theta), layout="compact", axes_dim=tuple(self.axes_dim)
+        ).plan(None)
         column = plan.src[: plan.dim // 2] // 2  # each compact cos column's frequency
         self._omega = torch.from_numpy(plan.omega[column].copy())  # float64 [D/2]
         self._axis = torch.from_numpy(plan.axis[column].copy())  # the id column each reads

@@ -36,19 +36,33 @@ class _KandinskyRope(_Tracked):
             raise PosencError(f"`compat` must be None or 'diffusers', got {compat!r}")
         self.max_period, self.compat = float(base), compat
 
-    def block(self, d: int, pos: Tensor, *, divisor: float = 1.0,
-              freqs_scaling: float | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    def block(
+        self, d: int, pos: Tensor, *, divisor: float = 1.0, freqs_scaling: float | None = None
+    ) -> tuple[Tensor, Tensor]:
         """``(cos, sin)`` ``[*pos.shape, d / 2]`` of one block of width ``d`` at the integer
         positions ``pos``, its angles divided by ``divisor`` and its frequencies multiplied
         by ``freqs_scaling``, in the module's dtype on its device."""
         pos = pos.to(self._device)
         if self.compat is not None:  # the float32 rows, cast as .to() cast the buffers
-            angles = kandinsky_angles(d, pos, self.max_period, freqs_scaling=freqs_scaling,
-                                      dtype=self._dtype, divisor=divisor)  # fmt: skip
+            angles = kandinsky_angles(
+                d,
+                pos,
+                self.max_period,
+                freqs_scaling=freqs_scaling,
+                dtype=self._dtype,
+                divisor=divisor,
+            )
             return torch.cos(angles), torch.sin(angles)
         scale = (freqs_scaling if freqs_scaling is not None else 1.0) / divisor
-        cos, sin = rope(pos, d, base=self.max_period, axes_dim=(d,),
-                        axes_scale=(scale,), layout="compact", dtype=self._dtype)  # fmt: skip
+        cos, sin = rope(
+            pos,
+            d,
+            base=self.max_period,
+            axes_dim=(d,),
+            axes_scale=(scale,),
+            layout="compact",
+            dtype=self._dtype,
+        )
         return cos, sin
 
 
@@ -58,9 +72,17 @@ class KandinskyRope1D(_KandinskyRope):
     rotation of the interleaved pairs of the whole head (``freqs_scaling``: Kandinsky 6's
     factor on the frequencies)."""
 
-    def __init__(self, dim: int, max_pos: int, base: float, *,
-                 freqs_scaling: float | None = None, compat: str | None = None,
-                 device: Any = None, dtype: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        max_pos: int,
+        base: float,
+        *,
+        freqs_scaling: float | None = None,
+        compat: str | None = None,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__(base, compat, device, dtype)
         self.dim, self.max_pos, self.freqs_scaling = dim, max_pos, freqs_scaling
         rope([0], dim, base=base)  # refused now if it cannot
@@ -84,9 +106,17 @@ class KandinskyRope3D(_KandinskyRope):
     ``pos`` one integer index tensor per axis, each block's angles divided by its
     ``scale_factor``, ``[t | h | w]`` concatenated per token."""
 
-    def __init__(self, axes_dims: Sequence[int], max_pos: Sequence[int], base: float, *,
-                 batched: bool, compat: str | None = None, device: Any = None,
-                 dtype: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        axes_dims: Sequence[int],
+        max_pos: Sequence[int],
+        base: float,
+        *,
+        batched: bool,
+        compat: str | None = None,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__(base, compat, device, dtype)
         self.axes_dims, self.max_pos = tuple(int(d) for d in axes_dims), tuple(max_pos)
         self.batched = batched
@@ -100,14 +130,22 @@ class KandinskyRope3D(_KandinskyRope):
             return self._batched(*args, **kwargs)
         return self._grid(*args, **kwargs)[0]
 
-    def _batched(self, shape: Sequence[int], pos: Sequence[Tensor],
-                 scale_factor: Sequence[float] = (1.0, 1.0, 1.0)) -> Tensor:  # fmt: skip
+    def _batched(
+        self,
+        shape: Sequence[int],
+        pos: Sequence[Tensor],
+        scale_factor: Sequence[float] = (1.0, 1.0, 1.0),
+    ) -> Tensor:
         """Kandinsky 5's call: the grid's tables repeated over the batch of ``shape``."""
         out, _ = self._grid(pos, scale_factor, tuple(int(n) for n in shape[1:]))
         return out.unsqueeze(0).repeat(int(shape[0]), *[1] * out.dim())
 
-    def _grid(self, pos: Sequence[Tensor], scale_factor: Sequence[float] = (1.0, 1.0, 1.0),
-              dims: tuple[int, ...] | None = None) -> tuple[Tensor, tuple[int, ...]]:  # fmt: skip
+    def _grid(
+        self,
+        pos: Sequence[Tensor],
+        scale_factor: Sequence[float] = (1.0, 1.0, 1.0),
+        dims: tuple[int, ...] | None = None,
+    ) -> tuple[Tensor, tuple[int, ...]]:
         if len(pos) != 3 or len(scale_factor) != 3:
             raise PosencError(
                 f"`pos` and `scale_factor` must hold one entry per axis (t, h, w), got "
@@ -164,13 +202,24 @@ class HalvesRope(_Tracked):
 
     inv_freq: Tensor
 
-    def __init__(self, dim: int, base: float, *, form: str, scaling: dict[str, Any] | None = None,
-                 sections: tuple[int, ...] | None = None, compat: str | None = None,
-                 device: Any = None, inv_dtype: torch.dtype = torch.float32) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        base: float,
+        *,
+        form: str,
+        scaling: dict[str, Any] | None = None,
+        sections: tuple[int, ...] | None = None,
+        compat: str | None = None,
+        device: Any = None,
+        inv_dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__(device=device, dtype=torch.float32)
         if form not in FORMS or compat not in (None, "transformers"):
-            raise PosencError(f"`form` must be one of {FORMS} and `compat` None or "
-                              f"'transformers', got {form!r}, {compat!r}")  # fmt: skip
+            raise PosencError(
+                f"`form` must be one of {FORMS} and `compat` None or "
+                f"'transformers', got {form!r}, {compat!r}"
+            )
         self.dim, self.base, self.form, self.compat = dim, float(base), form, compat
         self.scaling, self.sections = scaling, sections
         zeros = torch.zeros(3 if sections else 1, 1, dtype=torch.int64)
@@ -180,8 +229,12 @@ class HalvesRope(_Tracked):
             self.register_buffer("inv_freq", kept, persistent=False)
 
     def _keywords(self, seq_len: int | None) -> dict[str, Any]:
-        kw: dict[str, Any] = {"base": self.base, "scaling": self.scaling, "layout": "halves",
-                              "seq_len": seq_len}  # fmt: skip
+        kw: dict[str, Any] = {
+            "base": self.base,
+            "scaling": self.scaling,
+            "layout": "halves",
+            "seq_len": seq_len,
+        }
         if self.sections is not None:
             kw.update(sections=self.sections, interleave_sections=True)
         return kw
@@ -202,8 +255,11 @@ class HalvesRope(_Tracked):
         """The ``KEPT`` forms' compat tables: the original's angles from the kept buffer
         (:func:`~posenc.compat.diffusers_kandinsky.halves_angles`), halves, cos and sin cast
         to ``dtype``; only Anima's product under the ambient autocast."""
-        guard = (contextlib.nullcontext() if self.form == "anima"
-                 else torch.autocast(pos.device.type, enabled=False))  # fmt: skip
+        guard = (
+            contextlib.nullcontext()
+            if self.form == "anima"
+            else torch.autocast(pos.device.type, enabled=False)
+        )
         with guard:
             angles = halves_angles(self.inv_freq.to(pos.device), pos, self.sections)
         emb = torch.cat((angles, angles), dim=-1)

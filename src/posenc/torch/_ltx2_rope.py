@@ -71,20 +71,43 @@ class LTX2Rope(nn.Module):
     def _coords_dtype(self) -> torch.dtype:
         return torch.float32 if self.compat is not None else torch.float64
 
-    def prepare_video_coords(self, batch_size: int, num_frames: int, height: int, width: int,
-                             device: Any, fps: float = 24.0) -> Tensor:  # fmt: skip
+    def prepare_video_coords(
+        self,
+        batch_size: int,
+        num_frames: int,
+        height: int,
+        width: int,
+        device: Any,
+        fps: float = 24.0,
+    ) -> Tensor:
         """``[B, 3, N, 2]`` patch bounds in pixels, frames in seconds (float64 when exact)."""
         p = (self.patch_size_t, self.patch_size, self.patch_size)
-        out = ltx2_coords((num_frames, height, width), self.scale_factors, p, self.causal_offset,
-                          fps=fps, dtype=self._coords_dtype(), device=device)  # fmt: skip
+        out = ltx2_coords(
+            (num_frames, height, width),
+            self.scale_factors,
+            p,
+            self.causal_offset,
+            fps=fps,
+            dtype=self._coords_dtype(),
+            device=device,
+        )
         return out.repeat(batch_size, 1, 1, 1)
 
-    def prepare_audio_coords(self, batch_size: int, num_frames: int, device: Any,
-                             shift: int = 0) -> Tensor:  # fmt: skip
+    def prepare_audio_coords(
+        self, batch_size: int, num_frames: int, device: Any, shift: int = 0
+    ) -> Tensor:
         """``[B, 1, N, 2]`` start and end of each latent frame in seconds."""
-        out = ltx2_coords((num_frames,), self.scale_factors[:1], (self.patch_size_t,),
-                          self.causal_offset, hop=self.hop_length, rate=self.sampling_rate,
-                          shift=shift, dtype=self._coords_dtype(), device=device)  # fmt: skip
+        out = ltx2_coords(
+            (num_frames,),
+            self.scale_factors[:1],
+            (self.patch_size_t,),
+            self.causal_offset,
+            hop=self.hop_length,
+            rate=self.sampling_rate,
+            shift=shift,
+            dtype=self._coords_dtype(),
+            device=device,
+        )
         return out.expand(batch_size, -1, -1, -1)
 
     def prepare_coords(self, *args: Any, **kwargs: Any) -> Tensor:
@@ -98,8 +121,14 @@ class LTX2Rope(nn.Module):
         device = device or coords.device
         heads = self.num_attention_heads if self.rope_type == "split" else None
         if self.compat is not None:
-            return ltx2_tables(coords.to(device), self.dim, self.theta, self.bases,
-                               double_precision=self.double_precision, heads=heads)  # fmt: skip
+            return ltx2_tables(
+                coords.to(device),
+                self.dim,
+                self.theta,
+                self.bases,
+                double_precision=self.double_precision,
+                heads=heads,
+            )
         cos, sin = self._exact(coords)
         if heads is not None:
             b, n = cos.shape[:2]
@@ -121,8 +150,14 @@ class LTX2Rope(nn.Module):
         ids = 2 * c.transpose(1, 2) / base - 1  # [B, N, k]
         preset = "ltx2-video" if k == 3 else "ltx2-audio"
         layout = "compact" if self.rope_type == "split" else "interleaved"
-        cos, sin = rope(ids if k == 3 else ids[..., 0], self.dim, preset=preset, base=self.theta,
-                        layout=layout, dtype=torch.float32)  # fmt: skip
+        cos, sin = rope(
+            ids if k == 3 else ids[..., 0],
+            self.dim,
+            preset=preset,
+            base=self.theta,
+            layout=layout,
+            dtype=torch.float32,
+        )
         return cos, sin
 
     def extra_repr(self) -> str:

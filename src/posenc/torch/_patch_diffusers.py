@@ -45,10 +45,6 @@ from posenc.torch.diffusion import Timesteps
 from posenc.torch.vision import GridEncoding
 
 
-def _df(module: Any) -> bool:
-    return from_library(module, "diffusers")
-
-
 def _mode(compat: str | None) -> str:
     return "" if compat is None else f", compat={compat!r}"
 
@@ -63,11 +59,22 @@ class DiffusersTimesteps(Timesteps):
     holds no tensor), float32 output whatever the model is moved to."""
 
     def __init__(
-        self, num_channels: int, flip_sin_to_cos: bool, downscale_freq_shift: float,
-        scale: float = 1, *, compat: str | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(num_channels, flip_sin_to_cos, downscale_freq_shift, scale,
-                         compat=compat, dtype=torch.float32)  # fmt: skip
+        self,
+        num_channels: int,
+        flip_sin_to_cos: bool,
+        downscale_freq_shift: float,
+        scale: float = 1,
+        *,
+        compat: str | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels,
+            flip_sin_to_cos,
+            downscale_freq_shift,
+            scale,
+            compat=compat,
+            dtype=torch.float32,
+        )
         self.num_channels, self.flip_sin_to_cos = num_channels, flip_sin_to_cos
         self.downscale_freq_shift, self.scale = downscale_freq_shift, scale
 
@@ -81,7 +88,7 @@ def timesteps(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """diffusers' ``Timesteps``, measured at 8000 timesteps over ``[0, 1000)`` (float32), or
     over ``[0, 1)`` where its ``scale`` turns flow sigmas into timesteps (``scale >= 1000``)."""
     name = type(module).__name__
-    if not (name == "Timesteps" and _df(module)):
+    if not (name == "Timesteps" and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -139,9 +146,13 @@ class SinCosPatchEmbed(nn.Module):
         self.compat = compat
         self.dim = int(saved.shape[-1])
         self.side = self.pos_embed_max_size or math.isqrt(saved.shape[-2])
-        self.grid = GridEncoding(self.dim, preset="diffusers-2d", base_size=self.base_size,
-                                 interpolation_scale=self.interpolation_scale,
-                                 pos_embed_max_size=self.pos_embed_max_size)  # fmt: skip
+        self.grid = GridEncoding(
+            self.dim,
+            preset="diffusers-2d",
+            base_size=self.base_size,
+            interpolation_scale=self.interpolation_scale,
+            pos_embed_max_size=self.pos_embed_max_size,
+        )
         self.pos_embed = TableParameter(
             self._stored,
             self.grid._expected_table,
@@ -164,9 +175,12 @@ class SinCosPatchEmbed(nn.Module):
         if self.compat is None:
             return self.grid.encoding(grid, dtype=dtype, device=device)[None]
         table = original.sincos_2d(
-            self.dim, grid, base_size=self.base_size,
-            interpolation_scale=self.interpolation_scale, device=where or device,
-        )  # fmt: skip
+            self.dim,
+            grid,
+            base_size=self.base_size,
+            interpolation_scale=self.interpolation_scale,
+            device=where or device,
+        )
         return table.to(device=device, dtype=dtype)[None]
 
     def cropped_pos_embed(self, height: int, width: int) -> Tensor:
@@ -200,8 +214,9 @@ class SinCosPatchEmbed(nn.Module):
             pos_embed = self.cropped_pos_embed(height, width)
         elif self.height != height or self.width != width:  # diffusers recomputes, float32
             wide = torch.promote_types(latent.dtype, torch.float32)
-            pos_embed = self._table((height, width), torch.float32 if self.compat else wide,
-                                    latent.device)  # fmt: skip
+            pos_embed = self._table(
+                (height, width), torch.float32 if self.compat else wide, latent.device
+            )
         else:
             pos_embed = self.pos_embed.table
         out: Tensor = (latent + pos_embed).to(latent.dtype)
@@ -226,16 +241,20 @@ def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return None
     saved = getattr(module, "pos_embed", None)
     if saved is None:  # said here: transformers' `learned` would call it learned
-        return left_alone(name, "no positional table (pos_embed_type=None): the model's "
-                          "positions, if any, are in another module")  # fmt: skip
+        return left_alone(
+            name,
+            "no positional table (pos_embed_type=None): the model's "
+            "positions, if any, are in another module",
+        )
     if isinstance(saved, nn.Parameter) and saved.requires_grad:
         return left_alone("Parameter", learned(saved), "pos_embed")
     m: Any = module
     if isinstance(saved, Tensor) and saved.is_meta:
         return left_alone(name, "its table is on the meta device: load the model first")
     if not isinstance(saved, Tensor) or saved.ndim != 3 or saved.shape[-1] % 4:
-        return left_alone(name, "not covered: a pos_embed that is not a [1, rows, d % 4 == 0] "
-                          "table")  # fmt: skip
+        return left_alone(
+            name, "not covered: a pos_embed that is not a [1, rows, d % 4 == 0] table"
+        )
     side = m.pos_embed_max_size or math.isqrt(saved.shape[1])
     if side * side != saved.shape[1]:
         return left_alone(name, "not covered: its table is not a square grid")
@@ -246,8 +265,9 @@ def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     exact = SinCosPatchEmbed(module, None)
     problem = _problem(exact.pos_embed, saved.detach().reshape(-1, saved.shape[-1]))
     if problem is not None:
-        return left_alone(name, "a fixed table that is not the diffusers-2d sinusoid it "
-                          "should be: left alone")  # fmt: skip
+        return left_alone(
+            name, "a fixed table that is not the diffusers-2d sinusoid it should be: left alone"
+        )
     crop = "" if m.pos_embed_max_size is None else f", pos_embed_max_size={side}"
     return Found(
         name,
@@ -263,10 +283,17 @@ def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 # ---------------------------------------------------------------------------------------------
 # FLUX's axial rotary tables
 
-FLUX_FORMS = {"FluxPosEmbed": False, "LongCatImagePosEmbed": False, "OvisImagePosEmbed": False,
-              "BriaEmbedND": False, "BriaPosEmbed": False, "BriaFiboEmbedND": False,
-              "Krea2RotaryPosEmbed": False,
-              "Flux2PosEmbed": True, "Flux3PosEmbed": True}  # fmt: skip
+FLUX_FORMS = {
+    "FluxPosEmbed": False,
+    "LongCatImagePosEmbed": False,
+    "OvisImagePosEmbed": False,
+    "BriaEmbedND": False,
+    "BriaPosEmbed": False,
+    "BriaFiboEmbedND": False,
+    "Krea2RotaryPosEmbed": False,
+    "Flux2PosEmbed": True,
+    "Flux3PosEmbed": True,
+}
 """The copies of FLUX's ``FluxPosEmbed``, and whether they read every axis of ``axes_dim``
 (True) or the first ``ids.shape[-1]`` (False, FLUX.1's)."""
 
@@ -277,13 +304,19 @@ class AxialRope(nn.Module):
     interleaved (``cos[:, 2i] == cos[:, 2i + 1]``); exact (``posenc.rope(ids, ...,
     axes_dim=...)``) or, with ``compat="original"``, diffusers' float64 arithmetic."""
 
-    def __init__(self, theta: float, axes_dim: Sequence[int], every_axis: bool,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, theta: float, axes_dim: Sequence[int], every_axis: bool, compat: str | None = None
+    ) -> None:
         super().__init__()
         self.theta, self.axes_dim = theta, axes_dim
         self.every_axis, self.compat = every_axis, compat
-        rope(torch.zeros(1, len(axes_dim)), sum(axes_dim), base=float(theta),
-             layout="interleaved", axes_dim=tuple(axes_dim))  # fmt: skip  # checked now
+        rope(
+            torch.zeros(1, len(axes_dim)),
+            sum(axes_dim),
+            base=float(theta),
+            layout="interleaved",
+            axes_dim=tuple(axes_dim),
+        )  # checked now
 
     def forward(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """``(cos, sin)`` of the ids ``[N, n]``."""
@@ -293,8 +326,14 @@ class AxialRope(nn.Module):
         ids, axes = ids[..., :n], tuple(self.axes_dim[:n])
         if self.compat is not None:
             return original.axial_rope(ids, self.theta, axes)
-        cos, sin = rope(ids, sum(axes), base=float(self.theta), layout="interleaved",
-                        axes_dim=axes, dtype=torch.float32)  # fmt: skip
+        cos, sin = rope(
+            ids,
+            sum(axes),
+            base=float(self.theta),
+            layout="interleaved",
+            axes_dim=axes,
+            dtype=torch.float32,
+        )
         return cos, sin
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
@@ -307,7 +346,7 @@ class AxialRope(nn.Module):
 def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """FLUX's ``FluxPosEmbed`` (and its copies), measured at ids ``0 … 1023`` on every axis."""
     name = type(module).__name__
-    if not (name in FLUX_FORMS and _df(module)):
+    if not (name in FLUX_FORMS and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -335,17 +374,27 @@ def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 # ---------------------------------------------------------------------------------------------
 # what is reported and left alone
 
-TABLE_NAMES = ("pos_embed", "pos_embedding", "positional_embedding", "position_embedding",
-               "position_embeddings", "pe", "temp_pos_embed")  # fmt: skip
+TABLE_NAMES = (
+    "pos_embed",
+    "pos_embedding",
+    "positional_embedding",
+    "position_embedding",
+    "position_embeddings",
+    "pe",
+    "temp_pos_embed",  # Latte's
+    "decoder_pos_embed",  # the RAE autoencoder's
+    "learnable_pos_embed",  # Cosmos'
+)
 _ROTARY = re.compile(r"(Rotary|Rope|RoPE|MRoPE).*(Embed|$)|PosEmbed$|EmbedND\d*$|RoPE\d+D$")
 
 
 def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """A diffusers module with a positional table under one of ``TABLE_NAMES`` (learned: a
     parameter, trainable or frozen for inference; fixed: a buffer, which posenc does not
-    replace yet: AnimateDiff's ``SinusoidalPositionalEmbedding``, CogVideoX's 3D table), or a
-    rotary module posenc has no stand-in for: reported, left alone."""
-    if not _df(module):
+    replace yet: AnimateDiff's ``SinusoidalPositionalEmbedding``, CogVideoX's 3D table), a
+    rotary module posenc has no stand-in for, or another module whose class says it holds
+    positions: reported, left alone."""
+    if not from_library(module, "diffusers"):
         return None
     for key in TABLE_NAMES:
         t = module._parameters.get(key, module._buffers.get(key))
@@ -353,12 +402,26 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
             if isinstance(t, nn.Parameter):  # diffusers keeps its fixed tables in buffers
                 return left_alone("Parameter", learned(t), key)
             held = holds(t)
-            return left_alone("buffer", f"not covered yet: {type(module).__name__}'s fixed "
-                              f"table{f' ({held})' if held else ''}", key)  # fmt: skip
+            return left_alone(
+                "buffer",
+                f"not covered yet: {type(module).__name__}'s fixed "
+                f"table{f' ({held})' if held else ''}",
+                key,
+            )
     name = type(module).__name__
-    if _ROTARY.search(name) and not any(p.requires_grad for p in module.parameters()):
+    trainable = any(p.requires_grad for p in module.parameters())
+    if _ROTARY.search(name) and not trainable:
+        return left_alone(name, "not covered yet: posenc has no stand-in for this module")
+    if _POSITIONAL.search(name):  # Cosmos' learnable table, LongCat-AudioDiT's sinusoid
+        weight = next((t for t in module.parameters() if t.ndim >= 2), None)
+        if trainable:
+            return left_alone(name, learned(weight))
         return left_alone(name, "not covered yet: posenc has no stand-in for this module")
     return None
+
+
+_POSITIONAL = re.compile(r"Pos(ition(al)?)?Embed|Sinus")
+"""Any other positional module of diffusers, by its class name."""
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (

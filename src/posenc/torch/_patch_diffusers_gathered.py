@@ -45,14 +45,20 @@ def lumina2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            return Lumina2Rope(theta, axes, lens, patch, dtype=dtype,
-                               compat=None if compat is None else mode)  # fmt: skip
+            return Lumina2Rope(
+                theta, axes, lens, patch, dtype=dtype, compat=None if compat is None else mode
+            )
         except PosencError as err:
             return f"not covered: {err}"
 
-    return Found(name, f"posenc.rope(ids, {sum(axes)}, preset='lumina2', axes_dim={axes})",
-                 build, numbers=lambda: _tables(module), probe=_tables,
-                 note=f"max diff over the tables' rows {lens}")  # fmt: skip
+    return Found(
+        name,
+        f"posenc.rope(ids, {sum(axes)}, preset='lumina2', axes_dim={axes})",
+        build,
+        numbers=lambda: _tables(module),
+        probe=_tables,
+        note=f"max diff over the tables' rows {lens}",
+    )
 
 
 ATTRIBUTE = "rope_embedder"
@@ -72,8 +78,9 @@ def z_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         axes = tuple(int(d) for d in held.axes_dims)
         lens = tuple(int(n) for n in held.axes_lens)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' RopeEmbedder",
-                          ATTRIBUTE)  # fmt: skip
+        return left_alone(
+            name, "not covered: not the attributes of diffusers' RopeEmbedder", ATTRIBUTE
+        )
     if len(axes) != len(lens):
         return left_alone(name, f"not covered: axes_dims {axes} and axes_lens {lens}", ATTRIBUTE)
 
@@ -84,9 +91,15 @@ def z_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     def build(compat: str | None) -> nn.Module | str:
         return ZImageRope(theta, axes, lens, None if compat is None else "diffusers")
 
-    return Found(name, f"posenc.rope(ids, {sum(axes)}, preset='z-image', axes_dim={axes})",
-                 build, numbers=numbers, probe=_tables,
-                 note=f"max diff over the tables' rows {lens}", attribute=ATTRIBUTE)  # fmt: skip
+    return Found(
+        name,
+        f"posenc.rope(ids, {sum(axes)}, preset='z-image', axes_dim={axes})",
+        build,
+        numbers=numbers,
+        probe=_tables,
+        note=f"max diff over the tables' rows {lens}",
+        attribute=ATTRIBUTE,
+    )
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (lumina2_rope, z_image_rope)

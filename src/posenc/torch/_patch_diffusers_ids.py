@@ -21,10 +21,6 @@ ROWS = 1024
 """Measured over ids ``0 … ROWS - 1`` on every axis."""
 
 
-def _df(module: Any) -> bool:
-    return from_library(module, "diffusers")
-
-
 def _ids(n: int) -> torch.Tensor:
     return torch.arange(ROWS, dtype=torch.float32)[None, :, None].expand(1, -1, n)
 
@@ -33,7 +29,7 @@ def matrix_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HiDream's ``HiDreamImageEmbedND`` and PRX's ``PRXEmbedND``: rotation matrices of ids,
     float64 in diffusers."""
     name = type(module).__name__
-    if not (name in MATRIX_FORMS and _df(module)):
+    if not (name in MATRIX_FORMS and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -61,7 +57,7 @@ def matrix_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 def ernie_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Ernie-Image's ``ErnieImageEmbedND3``: float32 angles of ids."""
     name = type(module).__name__
-    if not (name == "ErnieImageEmbedND3" and _df(module)):
+    if not (name == "ErnieImageEmbedND3" and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:

@@ -18,7 +18,6 @@ from posenc.compat.diffusers_kandinsky import inv_freq
 from posenc.errors import PosencError
 from posenc.spec.presets.vision_kandinsky import KANDINSKY_SCALE, KANDINSKY_SCALE_LARGE
 from posenc.torch._kandinsky_rope import KEPT, HalvesRope, KandinskyRope1D, KandinskyRope3D
-from posenc.torch._patch_diffusers_video import readable_theta
 from posenc.torch._patching import (
     Found,
     Recogniser,
@@ -26,14 +25,11 @@ from posenc.torch._patching import (
     float_dtype,
     from_library,
     left_alone,
+    readable_theta,
 )
 
 ONE_D = ("Kandinsky5RoPE1D", "Kandinsky6RoPE1D")
 THREE_D = ("Kandinsky5RoPE3D", "Kandinsky6RoPE3D", "Kandinsky6SRRoPE3D")
-
-
-def _df(module: Any) -> bool:
-    return from_library(module, "diffusers")
 
 
 def _built(make: Any) -> nn.Module | str:
@@ -48,7 +44,7 @@ def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     """Kandinsky's text (and Kandinsky 6's audio) rotary module, measured over its rows
     ``0 … max_pos - 1``."""
     name = type(module).__name__
-    if not (name in ONE_D and _df(module)):
+    if not (name in ONE_D and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -59,27 +55,42 @@ def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     dtype, device = float_dtype(module) or torch.float32, device_of(module)
 
     def build(compat: str | None) -> nn.Module | str:
-        return _built(lambda: KandinskyRope1D(
-            dim, rows, base, freqs_scaling=scaling, device=device, dtype=dtype,
-            compat=None if compat is None else "diffusers"))  # fmt: skip
+        return _built(
+            lambda: KandinskyRope1D(
+                dim,
+                rows,
+                base,
+                freqs_scaling=scaling,
+                device=device,
+                dtype=dtype,
+                compat=None if compat is None else "diffusers",
+            )
+        )
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [mod(torch.arange(rows, device=device))]
 
     what = f"rope(pos, {dim}, preset='kandinsky5', axes_dim=({dim},), base={base:g})"
     if scaling is not None:  # Kandinsky 6's audio: its frequencies times freqs_scaling
-        what = (f"rope(pos, {dim}, preset='kandinsky6', axes_dim=({dim},), base={base:g}, "
-                f"axes_scale=({scaling:g},)) (freqs_scaling={scaling:g})")  # fmt: skip
-    return Found(name, what, build,
-                 numbers=lambda: run(module), probe=run,
-                 note=f"max diff over positions 0 … {rows - 1}")  # fmt: skip
+        what = (
+            f"rope(pos, {dim}, preset='kandinsky6', axes_dim=({dim},), base={base:g}, "
+            f"axes_scale=({scaling:g},)) (freqs_scaling={scaling:g})"
+        )
+    return Found(
+        name,
+        what,
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over positions 0 … {rows - 1}",
+    )
 
 
 def kandinsky_rope_3d(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Kandinsky's video rotary module, measured one axis at a time over its rows (``max_pos``
     per axis), at both of Kandinsky 5's ``scale_factor``s."""
     name = type(module).__name__
-    if not (name in THREE_D and _df(module)):
+    if not (name in THREE_D and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -94,9 +105,17 @@ def kandinsky_rope_3d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     preset = "kandinsky5" if batched else "kandinsky6"
 
     def build(compat: str | None) -> nn.Module | str:
-        return _built(lambda: KandinskyRope3D(
-            axes, rows, base, batched=batched, device=device, dtype=dtype,
-            compat=None if compat is None else "diffusers"))  # fmt: skip
+        return _built(
+            lambda: KandinskyRope3D(
+                axes,
+                rows,
+                base,
+                batched=batched,
+                device=device,
+                dtype=dtype,
+                compat=None if compat is None else "diffusers",
+            )
+        )
 
     probes = []
     for a in range(3):
@@ -108,10 +127,14 @@ def kandinsky_rope_3d(path: str, module: nn.Module, root: nn.Module) -> Found | 
             return [mod((1, *(len(p) for p in pos)), pos, s) for pos, s in probes]
         return [mod(pos, s) for pos, s in probes]
 
-    return Found(name, f"rope_grid(preset={preset!r}, axes_dim={axes})", build,
-                 numbers=lambda: run(module), probe=run,
-                 note=f"max diff over rows {rows} of each axis, scale_factor (1, 2, 2) and "
-                 "(1, 3.16, 3.16)")  # fmt: skip
+    return Found(
+        name,
+        f"rope_grid(preset={preset!r}, axes_dim={axes})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over rows {rows} of each axis, scale_factor (1, 2, 2) and (1, 3.16, 3.16)",
+    )
 
 
 LEFT_ALONE = {
@@ -129,7 +152,7 @@ _LIBRARY_PATHS = {"RotaryEmbedding": "diffusers.models.autoencoders.autoencoder_
 def on_purpose(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """The modules of ``LEFT_ALONE``, reported with their reason."""
     name = type(module).__name__
-    if name not in LEFT_ALONE or not _df(module):
+    if name not in LEFT_ALONE or not from_library(module, "diffusers"):
         return None
     where = _LIBRARY_PATHS.get(name)
     if where is not None and type(module).__module__ != where:
@@ -140,8 +163,10 @@ def on_purpose(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 # ---------------------------------------------------------------------------------------------
 # the rotate_half modules
 
-NO_BASE = ("not covered: its inv_freq buffer is not 1 / base ** (2j / d) in float32 (or cast "
-           "to 16 bits) of a base posenc can read")  # fmt: skip
+NO_BASE = (
+    "not covered: its inv_freq buffer is not 1 / base ** (2j / d) in float32 (or cast "
+    "to 16 bits) of a base posenc can read"
+)
 
 
 def _base_of(module: Any, root: nn.Module, d: int) -> float | None:
@@ -162,9 +187,18 @@ def _base_of(module: Any, root: nn.Module, d: int) -> float | None:
     return readable_theta(float(kept[-1].double()), d, matches, usual)
 
 
-def _halves(name: str, dim: int, base: float, form: str, note: str, probes: Any, *,
-            scaling: dict[str, Any] | None = None, sections: tuple[int, ...] | None = None,
-            module: nn.Module) -> Found:  # fmt: skip
+def _halves(
+    name: str,
+    dim: int,
+    base: float,
+    form: str,
+    note: str,
+    probes: Any,
+    *,
+    scaling: dict[str, Any] | None = None,
+    sections: tuple[int, ...] | None = None,
+    module: nn.Module,
+) -> Found:
     """A :class:`Found` for a :class:`HalvesRope` stand-in, measured on ``probes`` (the
     arguments of calls)."""
 
@@ -172,9 +206,18 @@ def _halves(name: str, dim: int, base: float, form: str, note: str, probes: Any,
     inv_dtype = kept.dtype if isinstance(kept, Tensor) else torch.float32
 
     def build(compat: str | None) -> nn.Module | str:
-        return _built(lambda: HalvesRope(
-            dim, base, form=form, scaling=scaling, sections=sections, device=device_of(module),
-            compat=None if compat is None else "transformers", inv_dtype=inv_dtype))  # fmt: skip
+        return _built(
+            lambda: HalvesRope(
+                dim,
+                base,
+                form=form,
+                scaling=scaling,
+                sections=sections,
+                device=device_of(module),
+                compat=None if compat is None else "transformers",
+                inv_dtype=inv_dtype,
+            )
+        )
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [t for args in probes for t in mod(*args)]
@@ -182,37 +225,56 @@ def _halves(name: str, dim: int, base: float, form: str, note: str, probes: Any,
     extra = "" if sections is None else f", sections={sections}, interleave_sections=True"
     if scaling is not None:
         extra = ", preset='omnigen', scaling={'rope_type': 'longrope', …}"
-    return Found(name, f"rope(pos, {dim}, base={base:g}{extra})", build,
-                 numbers=lambda: run(module), probe=run, note=note)  # fmt: skip
+    return Found(
+        name,
+        f"rope(pos, {dim}, base={base:g}{extra})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note=note,
+    )
 
 
 def omnigen_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """OmniGen's Phi-3 longrope, measured over its original length (short factors) and four
     times that (long)."""
     name = type(module).__name__
-    if not (name == "OmniGenSuScaledRotaryEmbedding" and _df(module)):
+    if not (name == "OmniGenSuScaledRotaryEmbedding" and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
         dim, base, short = int(m.dim), float(m.base), int(m.original_max_position_embeddings)
-        scaling: dict[str, Any] = {"rope_type": "longrope", "short_factor": list(m.short_factor),
-                   "long_factor": list(m.long_factor),
-                   "original_max_position_embeddings": short,
-                   "max_position_embeddings": int(m.max_position_embeddings)}  # fmt: skip
+        scaling: dict[str, Any] = {
+            "rope_type": "longrope",
+            "short_factor": list(m.short_factor),
+            "long_factor": list(m.long_factor),
+            "original_max_position_embeddings": short,
+            "max_position_embeddings": int(m.max_position_embeddings),
+        }
     except (AttributeError, TypeError, ValueError):
         return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
     x = torch.zeros(1, device=device_of(module))
     probes = [(x, torch.arange(n, device=x.device)[None]) for n in (short, 4 * short)]
-    return _halves(name, dim, base, "omnigen", f"max diff over positions 0 … {short - 1} "
-                   f"(short factors) and 0 … {4 * short - 1} (long)", probes, scaling=scaling,
-                   module=module)  # fmt: skip
+    return _halves(
+        name,
+        dim,
+        base,
+        "omnigen",
+        f"max diff over positions 0 … {short - 1} (short factors) and 0 … {4 * short - 1} (long)",
+        probes,
+        scaling=scaling,
+        module=module,
+    )
 
 
 def mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Ideogram 4's and Cosmos 3's interleaved mrope (Qwen3-VL's), measured over positions
     0 … 4095 and, Ideogram 4's images, 65536 … 69631 on every axis."""
     name = type(module).__name__
-    if not (name in ("Ideogram4MRoPE", "Cosmos3VLTextRotaryEmbedding") and _df(module)):
+    if not (
+        name in ("Ideogram4MRoPE", "Cosmos3VLTextRotaryEmbedding")
+        and from_library(module, "diffusers")
+    ):
         return None
     m: Any = module
     try:
@@ -231,18 +293,28 @@ def mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         probes = [(p[None, :, None].expand(1, -1, 3),) for p in pos]
     else:
         probes = [(p[None], device, torch.float32) for p in pos]
-    return _halves(name, dim, base, "ideogram4" if ideogram else "cosmos3",
-                   "max diff over positions 0 … 4095 and 65536 … 69631 on every axis", probes,
-                   sections=sections, module=module)  # fmt: skip
+    return _halves(
+        name,
+        dim,
+        base,
+        "ideogram4" if ideogram else "cosmos3",
+        "max diff over positions 0 … 4095 and 65536 … 69631 on every axis",
+        probes,
+        sections=sections,
+        module=module,
+    )
 
 
 def audio_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """MiniMax-Music 3's, LongCat-AudioDiT's and Anima's 1-D RoPE, measured over positions
     0 … 8191."""
     name = type(module).__name__
-    forms = {"MiniMaxMusic3RotaryEmbedding": "minimax", "AudioDiTRotaryEmbedding": "audiodit",
-             "AnimaRotaryEmbedding": "anima"}  # fmt: skip
-    if not (name in forms and _df(module)):
+    forms = {
+        "MiniMaxMusic3RotaryEmbedding": "minimax",
+        "AudioDiTRotaryEmbedding": "audiodit",
+        "AnimaRotaryEmbedding": "anima",
+    }
+    if not (name in forms and from_library(module, "diffusers")):
         return None
     m: Any = module
     device, n = device_of(module), 8192
@@ -258,12 +330,22 @@ def audio_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     if base is None:
         return left_alone(name, NO_BASE)
     x = torch.zeros(1, n, 1, device=device)
-    probes = {"minimax": [(n, device)], "audiodit": [(x,)],
-              "anima": [(x, torch.arange(n, device=device)[None])]}[forms[name]]  # fmt: skip
-    return _halves(name, dim, base, forms[name], f"max diff over positions 0 … {n - 1}",
-                   probes, module=module)  # fmt: skip
+    probes = {
+        "minimax": [(n, device)],
+        "audiodit": [(x,)],
+        "anima": [(x, torch.arange(n, device=device)[None])],
+    }[forms[name]]
+    return _halves(
+        name, dim, base, forms[name], f"max diff over positions 0 … {n - 1}", probes, module=module
+    )
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (kandinsky_rope_1d, kandinsky_rope_3d, omnigen_rope, mrope,
-                                        audio_rope, on_purpose)  # fmt: skip
+RECOGNISERS: tuple[Recogniser, ...] = (
+    kandinsky_rope_1d,
+    kandinsky_rope_3d,
+    omnigen_rope,
+    mrope,
+    audio_rope,
+    on_purpose,
+)
 """Asked before diffusers' catch-all ``others``."""

@@ -18,10 +18,22 @@ from posenc.torch._patching import Found, Recogniser, from_library, left_alone
 LTX2 = ("LTX2AudioVideoRotaryPosEmbed", "SanaWMLTX2AudioVideoRotaryPosEmbed")
 
 SETTINGS = (
-    "dim", "patch_size", "patch_size_t", "base_num_frames", "base_height", "base_width",
-    "sampling_rate", "hop_length", "scale_factors", "theta", "causal_offset", "modality",
-    "double_precision", "rope_type", "num_attention_heads",
-)  # fmt: skip
+    "dim",
+    "patch_size",
+    "patch_size_t",
+    "base_num_frames",
+    "base_height",
+    "base_width",
+    "sampling_rate",
+    "hop_length",
+    "scale_factors",
+    "theta",
+    "causal_offset",
+    "modality",
+    "double_precision",
+    "rope_type",
+    "num_attention_heads",
+)
 """The original's attributes the stand-in is built from."""
 
 VIDEO, AUDIO_FRAMES = (16, 22, 40), 126
@@ -68,9 +80,14 @@ def ltx2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         if video
         else f"{AUDIO_FRAMES} audio latent frames (5 s)"
     )
-    return Found(name, f"posenc.rope(2c - 1, {settings['dim']}, preset={preset!r})", build,
-                 numbers=lambda: run(module), probe=run,
-                 note=f"max diff over {range_note}")  # fmt: skip
+    return Found(
+        name,
+        f"posenc.rope(2c - 1, {settings['dim']}, preset={preset!r})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over {range_note}",
+    )
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (ltx2_rope,)

@@ -29,15 +29,11 @@ def _axis_tables(stand_in: Any, rows: int) -> list[Tensor]:
     return out
 
 
-def _df(module: Any) -> bool:
-    return from_library(module, "diffusers")
-
-
 def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Wan's rotary module: its float32 buffers of rows ``0 … max_seq_len - 1`` per axis
     (float64 angles; float32 on a host with MPS), measured whole."""
     name = type(module).__name__
-    if not (name in WAN and _df(module)):
+    if not (name in WAN and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -52,60 +48,86 @@ def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            stand_in = VideoRope("wan", dim, patch, wan=True, axes_dim=axes,
-                                 compat=None if compat is None else mode,
-                                 device=saved[0].device)  # fmt: skip
+            stand_in = VideoRope(
+                "wan",
+                dim,
+                patch,
+                wan=True,
+                axes_dim=axes,
+                compat=None if compat is None else mode,
+                device=saved[0].device,
+            )
         except PosencError as err:
             return f"not covered: {err}"
         return stand_in.to(saved[0].dtype)
 
-    return Found(name, f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes})", build,
-                 numbers=lambda: [t.detach() for t in saved],
-                 probe=lambda new: _axis_tables(new, rows),
-                 note=f"max diff over its tables of rows 0 … {rows - 1}")  # fmt: skip
+    return Found(
+        name,
+        f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes})",
+        build,
+        numbers=lambda: [t.detach() for t in saved],
+        probe=lambda new: _axis_tables(new, rows),
+        note=f"max diff over its tables of rows 0 … {rows - 1}",
+    )
 
 
 def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HunyuanVideo's rotary module (float32, computed per call), measured over the rows of a
     720p, 129-frame video (33 x 45 x 80 patches), one axis at a time."""
     name = type(module).__name__
-    if not (name in HUNYUAN and _df(module)):
+    if not (name in HUNYUAN and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
         axes = tuple(int(d) for d in m.rope_dim)
         p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' "
-                          "HunyuanVideoRotaryPosEmbed")  # fmt: skip
+        return left_alone(
+            name, "not covered: not the attributes of diffusers' HunyuanVideoRotaryPosEmbed"
+        )
     if len(axes) != 3:
         return left_alone(name, f"not covered: rope_dim {axes} is not three axes")
 
     def build(compat: str | None) -> nn.Module | str:
         try:
             mode = None if compat is None else "diffusers"
-            return VideoRope("hunyuan-video", sum(axes), (p_t, p, p), wan=False, axes_dim=axes,
-                             base=theta, compat=mode)  # fmt: skip
+            return VideoRope(
+                "hunyuan-video",
+                sum(axes),
+                (p_t, p, p),
+                wan=False,
+                axes_dim=axes,
+                base=theta,
+                compat=mode,
+            )
         except PosencError as err:
             return f"not covered: {err}"
 
-    probes = [torch.zeros(1, 1, 33 * p_t, p, p), torch.zeros(1, 1, p_t, 45 * p, p),
-              torch.zeros(1, 1, p_t, p, 80 * p)]  # fmt: skip
+    probes = [
+        torch.zeros(1, 1, 33 * p_t, p, p),
+        torch.zeros(1, 1, p_t, 45 * p, p),
+        torch.zeros(1, 1, p_t, p, 80 * p),
+    ]
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [t for x in probes for t in mod(x)]
 
-    return Found(name, f"AxialRotaryEmbedding({sum(axes)}, preset='hunyuan-video', "
-                 f"axes_dim={axes}, base={theta:g})", build, numbers=lambda: run(module),
-                 probe=run, note="max diff over 33 frames, 45 rows, 80 columns "
-                 "(720p, 129 frames)")  # fmt: skip
+    return Found(
+        name,
+        f"AxialRotaryEmbedding({sum(axes)}, preset='hunyuan-video', "
+        f"axes_dim={axes}, base={theta:g})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over 33 frames, 45 rows, 80 columns (720p, 129 frames)",
+    )
 
 
 def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Cosmos's rotary module (float32, per-axis NTK bases), measured over 121 frames of a
     704 x 1280 video at 30 fps and as an image, one axis at a time."""
     name = type(module).__name__
-    if not (name == "CosmosRotaryPosEmbed" and _df(module)):
+    if not (name == "CosmosRotaryPosEmbed" and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -113,40 +135,55 @@ def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         ntk = (float(m.t_ntk_factor), float(m.h_ntk_factor), float(m.w_ntk_factor))
         patch, base_fps, largest = tuple(m.patch_size), float(m.base_fps), max(m.max_size)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' "
-                          "CosmosRotaryPosEmbed")  # fmt: skip
+        return left_alone(
+            name, "not covered: not the attributes of diffusers' CosmosRotaryPosEmbed"
+        )
     bases = tuple(10000.0 * f for f in ntk)  # diffusers' own float: 10000.0 * factor
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is not None and base_fps != original.COSMOS_FPS:
-            return (f"compat='original': posenc replays base_fps {original.COSMOS_FPS}, not "
-                    f"{base_fps:g}")  # fmt: skip
+            return (
+                f"compat='original': posenc replays base_fps {original.COSMOS_FPS}, not "
+                f"{base_fps:g}"
+            )
         try:
-            return CosmosRope(sum(axes), patch, axes, bases, base_fps,
-                              compat=None if compat is None else "diffusers")  # fmt: skip
+            return CosmosRope(
+                sum(axes),
+                patch,
+                axes,
+                bases,
+                base_fps,
+                compat=None if compat is None else "diffusers",
+            )
         except PosencError as err:
             return f"not covered: {err}"
 
     p_t, p_h, p_w = patch
     n = min(largest, 121)
     probes = [(torch.zeros(1, 1, n * p_t, p_h, p_w), fps) for fps in (None, 30)]
-    probes += [(torch.zeros(1, 1, p_t, min(largest, 88) * p_h, p_w), None),
-               (torch.zeros(1, 1, p_t, p_h, min(largest, 160) * p_w), None)]  # fmt: skip
+    probes += [
+        (torch.zeros(1, 1, p_t, min(largest, 88) * p_h, p_w), None),
+        (torch.zeros(1, 1, p_t, p_h, min(largest, 160) * p_w), None),
+    ]
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [t for x, fps in probes for t in mod(x, fps=fps)]
 
-    return Found(name, f"AxialRotaryEmbedding({sum(axes)}, preset='cosmos', axes_dim={axes})",
-                 build, numbers=lambda: run(module), probe=run,
-                 note="max diff over the frames of 121 (as an image and at 30 fps), 88 rows, "
-                 "160 columns")  # fmt: skip
+    return Found(
+        name,
+        f"AxialRotaryEmbedding({sum(axes)}, preset='cosmos', axes_dim={axes})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over the frames of 121 (as an image and at 30 fps), 88 rows, 160 columns",
+    )
 
 
 def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image's rotary module (complex64, float32 angles), measured on a 1328 x 1328
     image (83 x 83 patches) and 1024 text tokens."""
     name = type(module).__name__
-    if not (name == "QwenEmbedRope" and _df(module)):
+    if not (name == "QwenEmbedRope" and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -163,16 +200,21 @@ def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
         out = mod([(1, 83, 83)], device=torch.device("cpu"), max_txt_seq_len=1024)
         return [torch.view_as_real(t) for t in out]
 
-    return Found(name, f"rope_grid(preset='qwen-image', axes_dim={axes})", build,
-                 numbers=lambda: run(module), probe=run,
-                 note="max diff over a 1328 x 1328 image and 1024 text tokens")  # fmt: skip
+    return Found(
+        name,
+        f"rope_grid(preset='qwen-image', axes_dim={axes})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over a 1328 x 1328 image and 1024 text tokens",
+    )
 
 
 def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """LTX-Video's rotary module, measured one axis at a time over a 704 x 1280, 121-frame
     video (16 x 22 x 40 latents) at the pipeline's 25 fps scales."""
     name = type(module).__name__
-    if not (name == "LTXVideoRotaryPosEmbed" and _df(module)):
+    if not (name == "LTXVideoRotaryPosEmbed" and from_library(module, "diffusers")):
         return None
     m: Any = module
     try:
@@ -180,8 +222,9 @@ def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         bases = (float(m.base_num_frames), float(m.base_height), float(m.base_width))
         patch = (int(m.patch_size_t), int(m.patch_size), int(m.patch_size))
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' "
-                          "LTXVideoRotaryPosEmbed")  # fmt: skip
+        return left_alone(
+            name, "not covered: not the attributes of diffusers' LTXVideoRotaryPosEmbed"
+        )
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is not None and (bases != LTX_BASES or patch != (1, 1, 1)):
@@ -194,20 +237,30 @@ def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     x, scale = torch.zeros(1), (8 / 25, 32.0, 32.0)
 
     def run(mod: nn.Module) -> list[Tensor]:
-        return [t for dims in ((16, 1, 1), (1, 22, 1), (1, 1, 40))
-                for t in mod(x, *dims, rope_interpolation_scale=scale)]  # fmt: skip
+        return [
+            t
+            for dims in ((16, 1, 1), (1, 22, 1), (1, 1, 40))
+            for t in mod(x, *dims, rope_interpolation_scale=scale)
+        ]
 
-    return Found(name, f"rope_grid(preset='ltx-video', dim={dim})", build,
-                 numbers=lambda: run(module), probe=run,
-                 note="max diff over 16 frames, 22 rows, 40 columns (704 x 1280, "
-                 "121 frames)")  # fmt: skip
+    return Found(
+        name,
+        f"rope_grid(preset='ltx-video', dim={dim})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over 16 frames, 22 rows, 40 columns (704 x 1280, 121 frames)",
+    )
 
 
 def cogview4_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """CogView4's and GLM-Image's rotary modules, measured on a 2048 x 2048 image (128 x 128
     patches) and a 300 x 200 one (past CogView4's 256 canvas rows on neither axis)."""
     name = type(module).__name__
-    if not (name in ("CogView4RotaryPosEmbed", "GlmImageRotaryPosEmbed") and _df(module)):
+    if not (
+        name in ("CogView4RotaryPosEmbed", "GlmImageRotaryPosEmbed")
+        and from_library(module, "diffusers")
+    ):
         return None
     m: Any = module
     try:
@@ -223,17 +276,30 @@ def cogview4_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None
         except PosencError as err:
             return f"not covered: {err}"
 
-    probes = [torch.zeros(1, 1, 128 * patch, 128 * patch),
-              torch.zeros(1, 1, 300 * patch, 200 * patch)]  # fmt: skip
+    probes = [
+        torch.zeros(1, 1, 128 * patch, 128 * patch),
+        torch.zeros(1, 1, 300 * patch, 200 * patch),
+    ]
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [t for x in probes for t in mod(x)]
 
-    return Found(name, f"rope(ids, {dim}, preset='cogview4')", build,
-                 numbers=lambda: run(module), probe=run,
-                 note="max diff over 128 x 128 and 300 x 200 patch grids")  # fmt: skip
+    return Found(
+        name,
+        f"rope(ids, {dim}, preset='cogview4')",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over 128 x 128 and 300 x 200 patch grids",
+    )
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (wan_rope, hunyuan_video_rope, cosmos_rope,
-                                        qwen_image_rope, ltx_rope, cogview4_rope)  # fmt: skip
+RECOGNISERS: tuple[Recogniser, ...] = (
+    wan_rope,
+    hunyuan_video_rope,
+    cosmos_rope,
+    qwen_image_rope,
+    ltx_rope,
+    cogview4_rope,
+)
 """The video rotary recognisers (asked before diffusers' catch-all ``others``)."""

@@ -12,16 +12,21 @@ own module (``_patch_diffusers_rope.py``). Stand-ins: ``_video_rope.py``."""
 from __future__ import annotations
 
 import copy
-import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from posenc.compat import diffusers_video as original
-from posenc.errors import PosencError
-from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+from posenc.torch._patching import (
+    Found,
+    Recogniser,
+    covered,
+    is_one_of,
+    left_alone,
+    readable_theta,
+    unlike,
+)
 from posenc.torch._video_rope import (
     ChronoEditRope,
     EasyAnimateRope,
@@ -35,29 +40,10 @@ from posenc.torch._video_rope import (
 )
 from posenc.torch._video_rope_complex import AnyFlowCausalRope, AnyFlowRope, SanaWMRope
 
-
-def _ours(module: nn.Module, *names: str) -> bool:
-    return type(module).__name__ in names and from_library(module, "diffusers")
-
-
-def _covered(make: Callable[[str | None], nn.Module]) -> Callable[[str | None], nn.Module | str]:
-    """``build`` of a :class:`Found`: the stand-in, or why there is none."""
-
-    def build(compat: str | None) -> nn.Module | str:
-        try:
-            return make(None if compat is None else "diffusers")
-        except PosencError as err:
-            return f"not covered: {err}"
-
-    return build
-
-
-def _unlike(name: str) -> Found:
-    return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
-
-
-HUNYUAN_GRIDS = {"HunyuanImageRotaryPosEmbed": "hunyuan-image",
-                 "MotifVideoRotaryPosEmbed": "hunyuan-video"}  # fmt: skip
+HUNYUAN_GRIDS = {
+    "HunyuanImageRotaryPosEmbed": "hunyuan-image",
+    "MotifVideoRotaryPosEmbed": "hunyuan-video",
+}
 
 
 def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -65,16 +51,19 @@ def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     frequencies), measured on a 2048 x 2048 image (64 x 64 patches) and a 1280 x 768 one, or a
     33 x 45 x 80 video grid (three axes)."""
     name = type(module).__name__
-    if not _ours(module, *HUNYUAN_GRIDS):
+    if not is_one_of(module, "diffusers", *HUNYUAN_GRIDS):
         return None
     m: Any = module
     preset, motif = HUNYUAN_GRIDS[name], name.startswith("Motif")
     try:
-        patch = ((int(m.patch_size_t), int(m.patch_size), int(m.patch_size)) if motif
-                 else tuple(int(p) for p in m.patch_size))  # fmt: skip
+        patch = (
+            (int(m.patch_size_t), int(m.patch_size), int(m.patch_size))
+            if motif
+            else tuple(int(p) for p in m.patch_size)
+        )
         axes, theta = tuple(int(d) for d in m.rope_dim), float(m.theta)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     sides = [(64, 64), (24, 40)] if len(patch) == 2 else [(33, 45, 80)]
     probes = [torch.zeros(1, 1, *(n * p for n, p in zip(s, patch, strict=True))) for s in sides]
 
@@ -84,48 +73,43 @@ def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     def make(mode: str | None) -> nn.Module:
         return HunyuanGridRope(preset, patch, axes, theta, wide=motif, compat=mode)
 
-    return Found(name, f"rope_grid(preset={preset!r}, axes_dim={axes})", _covered(make),
-                 numbers=lambda: run(module), probe=run,
-                 note=f"max diff over the patch grids {', '.join(map(str, sides))}")  # fmt: skip
+    return Found(
+        name,
+        f"rope_grid(preset={preset!r}, axes_dim={axes})",
+        covered(make, "diffusers"),
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over the patch grids {', '.join(map(str, sides))}",
+    )
 
 
 def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Framepack's rotary module (HunyuanVideo's float32 tables at given frame indices),
     measured over frames 0 … 36 of a 45 x 80 patch grid."""
     name = "HunyuanVideoFramepackRotaryPosEmbed"
-    if not _ours(module, name):
+    if not is_one_of(module, "diffusers", name):
         return None
     m: Any = module
     try:
         p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
         axes = tuple(int(d) for d in m.rope_dim)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     if len(axes) != 3:
         return left_alone(name, f"not covered: rope_dim {axes} is not three axes")
 
     def run(mod: nn.Module) -> list[Tensor]:
         return list(mod(torch.arange(37), 45 * p, 80 * p, torch.device("cpu")))
 
-    build = _covered(lambda mode: FramepackRope(p, p_t, axes, theta, mode))
-    return Found(name, f"posenc.rope(ids, {sum(axes)}, preset='hunyuan-video', axes_dim={axes})",
-                 build, numbers=lambda: run(module), probe=run,
-                 note="max diff over frames 0 … 36 of 45 x 80 patches")  # fmt: skip
-
-
-def readable_theta(last: float, d: int, matches: Callable[[float], bool],
-                   usual: float = 10000.0) -> float | None:  # fmt: skip
-    """The theta of a table kept without it: the first of ``usual`` and the estimate from
-    ``last`` (a block of width ``d``'s last frequency ``theta ** (-(d - 2) / d)``, as kept) to
-    1, 2, 3 digits and to an integer whose table ``matches`` the kept one bit for bit (a 16-bit
-    table pins theta no closer: the roundest that rebuilds it is read), or None."""
-    guesses = [usual]
-    if d > 2 and 0.0 < last < 1.0:
-        estimate = last ** (-d / (d - 2))
-        if math.isfinite(estimate):
-            guesses += [float(f"{estimate:.{k}g}") for k in (1, 2, 3)] + [float(round(estimate))]
-    found = [t for t in dict.fromkeys(guesses) if t > 0 and matches(t)]
-    return found[0] if found else None
+    build = covered(lambda mode: FramepackRope(p, p_t, axes, theta, mode), "diffusers")
+    return Found(
+        name,
+        f"posenc.rope(ids, {sum(axes)}, preset='hunyuan-video', axes_dim={axes})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over frames 0 … 36 of 45 x 80 patches",
+    )
 
 
 def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -133,14 +117,14 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     axis (float64 angles; float32 on a host with MPS), measured whole. It keeps no theta: the
     one whose tables its buffers hold bit for bit (:func:`readable_theta`)."""
     name = "ChronoEditRotaryPosEmbed"
-    if not _ours(module, name):
+    if not is_one_of(module, "diffusers", name):
         return None
     m: Any = module
     try:
         dim, patch, rows = int(m.attention_head_dim), tuple(m.patch_size), int(m.max_seq_len)
         skip, saved = int(m.temporal_skip_len), (m.freqs_cos, m.freqs_sin)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     side = 2 * (dim // 6)
     if side != dim // 3:
         why = f"its forward splits the head {dim} at {dim // 3}, its tables at {side}"
@@ -152,9 +136,16 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     kept = [t.detach().cpu() for t in saved]
 
     def stand_in(theta: float, mode: str | None, device: Any) -> ChronoEditRope:
-        return ChronoEditRope(dim, patch, rows, skip, axes_dim=axes, base=theta,
-                              compat=None if mode is None else mps,
-                              device=device).to(saved[0].dtype)  # fmt: skip
+        return ChronoEditRope(
+            dim,
+            patch,
+            rows,
+            skip,
+            axes_dim=axes,
+            base=theta,
+            compat=None if mode is None else mps,
+            device=device,
+        ).to(saved[0].dtype)
 
     def matches(theta: float) -> bool:  # theta > 0: a base posenc takes
         tables = stand_in(theta, mps, "cpu").axis_tables(rows)
@@ -163,9 +154,12 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     last = float(kept[1][1, axes[0] - 1].double().asin()) if rows > 1 and axes[0] > 2 else 0.0
     theta = readable_theta(last, axes[0], matches)
     if theta is None:
-        return left_alone(name, "not covered: it keeps no theta, and its freqs_cos / freqs_sin "
-                          f"buffers are Wan's tables (split {axes}) of none posenc can read "
-                          "(10000, or a round estimate from them)")  # fmt: skip
+        return left_alone(
+            name,
+            "not covered: it keeps no theta, and its freqs_cos / freqs_sin "
+            f"buffers are Wan's tables (split {axes}) of none posenc can read "
+            "(10000, or a round estimate from them)",
+        )
 
     def make(mode: str | None) -> nn.Module:
         return stand_in(theta, mode, saved[0].device)
@@ -174,31 +168,40 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
         out: list[Tensor] = new.axis_tables(rows)
         return out
 
-    return Found(name, f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes}, "
-                 f"base={theta:g})", _covered(make), numbers=lambda: [t.detach() for t in saved],
-                 probe=probe, note=f"max diff over its tables of rows 0 … {rows - 1}")  # fmt: skip
+    return Found(
+        name,
+        f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes}, base={theta:g})",
+        covered(make, "diffusers"),
+        numbers=lambda: [t.detach() for t in saved],
+        probe=probe,
+        note=f"max diff over its tables of rows 0 … {rows - 1}",
+    )
 
 
 def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """EasyAnimate's rotary module (CogVideoX's float32 crop grids), measured on 13 latent
     frames of 512 x 512 and 720 x 1280 videos."""
     name = "EasyAnimateRotaryPosEmbed"
-    if not _ours(module, name):
+    if not is_one_of(module, "diffusers", name):
         return None
     m: Any = module
     try:
         p, dim = int(m.patch_size), int(m.rope_dim)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     probes = [torch.zeros(1, 1, 13, 64, 64), torch.zeros(1, 1, 13, 90, 160)]
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [t for x in probes for t in mod(x)]
 
-    return Found(name, f"rope_grid({dim}, preset='cogvideox') on EasyAnimate's crop",
-                 _covered(lambda mode: EasyAnimateRope(dim, p, mode)),
-                 numbers=lambda: run(module), probe=run,
-                 note="max diff over 13 latent frames of 64 x 64 and 90 x 160")  # fmt: skip
+    return Found(
+        name,
+        f"rope_grid({dim}, preset='cogvideox') on EasyAnimate's crop",
+        covered(lambda mode: EasyAnimateRope(dim, p, mode), "diffusers"),
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over 13 latent frames of 64 x 64 and 90 x 160",
+    )
 
 
 QWEN_VARIANTS = {"QwenEmbedLayer3DRope": "layered", "NucleusMoEEmbedRope": "nucleus"}
@@ -209,13 +212,13 @@ def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     tables), measured on 1328 x 1328 images (two layers and the condition for Layered) and
     1024 text tokens."""
     name = type(module).__name__
-    if not _ours(module, *QWEN_VARIANTS):
+    if not is_one_of(module, "diffusers", *QWEN_VARIANTS):
         return None
     m: Any = module
     try:
         theta, axes, scale = float(m.theta), tuple(int(d) for d in m.axes_dim), bool(m.scale_rope)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     if len(axes) != 3:
         return left_alone(name, f"not covered: axes_dim {axes} is not three axes")
     variant = QWEN_VARIANTS[name]
@@ -225,23 +228,28 @@ def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
         out = mod(shapes, max_txt_seq_len=1024, device=torch.device("cpu"))
         return [torch.view_as_real(t) for t in out]
 
-    build = _covered(lambda mode: QwenVariantRope(theta, axes, scale, variant, mode))
-    return Found(name, f"rope_grid(preset='qwen-image', axes_dim={axes})", build,
-                 numbers=lambda: run(module), probe=run,
-                 note="max diff over 1328 x 1328 images and 1024 text tokens")  # fmt: skip
+    build = covered(lambda mode: QwenVariantRope(theta, axes, scale, variant, mode), "diffusers")
+    return Found(
+        name,
+        f"rope_grid(preset='qwen-image', axes_dim={axes})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over 1328 x 1328 images and 1024 text tokens",
+    )
 
 
 def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image 2.1's rotary module (complex64 rows of positions -1024 … 8191), measured on
     a sequence of 64 text tokens, a 1328 x 1328 image (83 x 83 tokens) and 32 text tokens."""
     name = "QwenImage21Rope"
-    if not _ours(module, name):
+    if not is_one_of(module, "diffusers", name):
         return None
     m: Any = module
     try:
         theta, axes = float(m.theta), tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     if len(axes) != 3:
         return left_alone(name, f"not covered: axes_dim {axes} is not three axes")
     mask = torch.zeros(64 + 83 * 83 + 32, dtype=torch.bool)
@@ -250,24 +258,29 @@ def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     def run(mod: nn.Module) -> list[Tensor]:
         return [torch.view_as_real(mod([(1, 83, 83)], mask, torch.device("cpu")))]
 
-    build = _covered(lambda mode: Qwen21Rope(theta, axes, mode))
-    return Found(name, f"posenc.rope(ids, {sum(axes)}, preset='qwen-image', layout='compact')",
-                 build, numbers=lambda: run(copy.deepcopy(module)), probe=run,
-                 note="max diff over 64 text tokens, an 83 x 83 image, 32 text tokens")  # fmt: skip
+    build = covered(lambda mode: Qwen21Rope(theta, axes, mode), "diffusers")
+    return Found(
+        name,
+        f"posenc.rope(ids, {sum(axes)}, preset='qwen-image', layout='compact')",
+        build,
+        numbers=lambda: run(copy.deepcopy(module)),
+        probe=run,
+        note="max diff over 64 text tokens, an 83 x 83 image, 32 text tokens",
+    )
 
 
 def helios_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Helios's rotary module (HunyuanVideo's float32 tables at given frame indices, cos then
     sin channels first), measured over frames 0 … 20 of a 30 x 52 patch grid (480p)."""
     name = "HeliosRotaryPosEmbed"
-    if not _ours(module, name):
+    if not is_one_of(module, "diffusers", name):
         return None
     m: Any = module
     try:
         axes, theta = (int(m.DT), int(m.DY), int(m.DX)), float(m.theta)
         kept: Tensor = m.freqs_base_t  # its buffers' dtype: the compat replay's follows it
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
 
     def run(mod: nn.Module) -> list[Tensor]:
         return [mod(torch.arange(21)[None], 30, 52, torch.device("cpu"))]
@@ -275,9 +288,14 @@ def helios_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     def make(mode: str | None) -> nn.Module:
         return HeliosRope(axes, theta, mode).to(device=kept.device, dtype=kept.dtype)
 
-    return Found(name, f"posenc.rope(ids, {sum(axes)}, axes_dim={axes}, base={theta:g})",
-                 _covered(make), numbers=lambda: run(module),
-                 probe=run, note="max diff over frames 0 … 20 of 30 x 52 patches")  # fmt: skip
+    return Found(
+        name,
+        f"posenc.rope(ids, {sum(axes)}, axes_dim={axes}, base={theta:g})",
+        covered(make, "diffusers"),
+        numbers=lambda: run(module),
+        probe=run,
+        note="max diff over frames 0 … 20 of 30 x 52 patches",
+    )
 
 
 def _wan_blocks(dim: int) -> tuple[int, int, int]:
@@ -290,8 +308,12 @@ def _sana_theta(kept: Any, axes: tuple[int, int, int], rows: int) -> float | str
     ``fhw_dim``): the one whose table in Wan's split ``axes`` (the split its forward cuts at)
     it holds bit for bit, or why there is none."""
     width = sum(axes) // 2
-    if not (isinstance(kept, Tensor) and kept.dtype == torch.complex64
-            and tuple(kept.shape) == (rows, width) and rows > 1):  # fmt: skip
+    if not (
+        isinstance(kept, Tensor)
+        and kept.dtype == torch.complex64
+        and tuple(kept.shape) == (rows, width)
+        and rows > 1
+    ):
         return f"not covered: its freqs is not a complex64 [{rows}, {width}] table"
     table, pos = kept.detach().cpu(), [torch.arange(rows)]
 
@@ -299,18 +321,21 @@ def _sana_theta(kept: Any, axes: tuple[int, int, int], rows: int) -> float | str
         own = torch.cat([original.complex_grid(pos, (d,), theta) for d in axes], dim=-1)
         return torch.equal(table, own)
 
-    theta = readable_theta(float(table[1, axes[0] // 2 - 1].imag.double().asin()), axes[0],
-                           matches)  # fmt: skip
+    theta = readable_theta(float(table[1, axes[0] // 2 - 1].imag.double().asin()), axes[0], matches)
     if theta is not None:
         return theta
     starts = [c for c in range(width) if torch.equal(table[:, c], table[:, 0])]  # frequency 1
     wan = [0, axes[0] // 2, (axes[0] + axes[1]) // 2]
     if len(starts) == 3 and starts != wan:
         split = tuple(2 * (b - a) for a, b in zip(starts, [*starts[1:], width], strict=True))
-        return (f"not covered: its table's blocks (fhw_dim {split}) are not Wan's split {axes}, "
-                "at which its forward cuts it: another table")  # fmt: skip
-    return ("not covered: it keeps no theta, and its table is Wan's (split "
-            f"{axes}) of none posenc can read (10000, or a round estimate from it)")  # fmt: skip
+        return (
+            f"not covered: its table's blocks (fhw_dim {split}) are not Wan's split {axes}, "
+            "at which its forward cuts it: another table"
+        )
+    return (
+        "not covered: it keeps no theta, and its table is Wan's (split "
+        f"{axes}) of none posenc can read (10000, or a round estimate from it)"
+    )
 
 
 def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -318,7 +343,7 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
     theta: the one its table holds, :func:`_sana_theta`) and AnyFlow's (complex128 rows of
     float64 angles), measured over a 21 x 30 x 52 patch grid (81 frames of 480p)."""
     name = type(module).__name__
-    if not _ours(module, "SanaWMRotaryPosEmbed", "AnyFlowRotaryPosEmbed"):
+    if not is_one_of(module, "diffusers", "SanaWMRotaryPosEmbed", "AnyFlowRotaryPosEmbed"):
         return None
     m: Any = module
     sana = name.startswith("Sana")
@@ -326,7 +351,7 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
         dim, rows = int(m.attention_head_dim), int(m.max_seq_len)
         read = _sana_theta(m.freqs, _wan_blocks(dim), rows) if sana else float(m.theta)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     if isinstance(read, str):
         return left_alone(name, read)
     theta, axes = read, _wan_blocks(dim)
@@ -344,9 +369,14 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
         stand_in = SanaWMRope if sana else AnyFlowRope
         return stand_in(dim, axes, theta, wide=not sana, compat=mode)
 
-    return Found(name, f"rope_grid({dim}, preset='wan', layout='compact', base={theta:g})",
-                 _covered(make), numbers=lambda: run(copy.deepcopy(module)), probe=run,
-                 note=f"max diff over a {' x '.join(map(str, fhw))} patch grid")  # fmt: skip
+    return Found(
+        name,
+        f"rope_grid({dim}, preset='wan', layout='compact', base={theta:g})",
+        covered(make, "diffusers"),
+        numbers=lambda: run(copy.deepcopy(module)),
+        probe=run,
+        note=f"max diff over a {' x '.join(map(str, fhw))} patch grid",
+    )
 
 
 def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -355,7 +385,9 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     in [-1, 1), 2 pi times a ladder of base 100), over a 31 x 44 x 80 grid (121 frames of
     704 x 1280)."""
     name = type(module).__name__
-    if not _ours(module, "MiniMaxH3RotaryPosEmbed", "MiniMaxH3VideoRotaryPosEmbed"):
+    if not is_one_of(
+        module, "diffusers", "MiniMaxH3RotaryPosEmbed", "MiniMaxH3VideoRotaryPosEmbed"
+    ):
         return None
     m: Any = module
     vae = name == "MiniMaxH3VideoRotaryPosEmbed"
@@ -363,7 +395,7 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         inv: Tensor = m.inv_freq
         n = int(inv.numel()) if vae else int(m.rope_freq_dim)
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
 
     def ladder(theta: float) -> Tensor:  # diffusers' float32 inv_freq
         if vae:
@@ -393,27 +425,36 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         stand_in = MiniMaxVideoRope if vae else MiniMaxRope
         return stand_in(n, theta, mode, dtype=inv.dtype).to(inv.device)
 
-    what = (f"posenc.rope(c, {2 * n} k, base={theta:g}, axes_dim=({2 * n},) * k, axes_scale=2 "
-            "pi, layout='halves'), k coordinates (the call's: the module keeps none)" if vae else
-            f"posenc.rope(position_ids, {6 * n}, preset='minimax-h3', base={theta:g})")  # fmt: skip
-    return Found(name, what, _covered(make), numbers=lambda: run(module), probe=run,
-                 note=f"max diff over the positions of a {' x '.join(map(str, dims))} "
-                 "grid")  # fmt: skip
+    what = (
+        f"posenc.rope(c, {2 * n} k, base={theta:g}, axes_dim=({2 * n},) * k, axes_scale=2 "
+        "pi, layout='halves'), k coordinates (the call's: the module keeps none)"
+        if vae
+        else f"posenc.rope(position_ids, {6 * n}, preset='minimax-h3', base={theta:g})"
+    )
+    return Found(
+        name,
+        what,
+        covered(make, "diffusers"),
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over the positions of a {' x '.join(map(str, dims))} grid",
+    )
 
 
 def anyflow_far_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """AnyFlow FAR's rotary module (complex128; compressed context frames pooled), measured on
     a 21-frame 480p video (30 x 52 patches, 15 x 26 compressed), 12 frames compressed."""
     name = "AnyFlowCausalRotaryPosEmbed"
-    if not _ours(module, name):
+    if not is_one_of(module, "diffusers", name):
         return None
     m: Any = module
     try:
         dim, rows, theta = int(m.attention_head_dim), int(m.max_seq_len), float(m.theta)
-        pool = tuple(int(c) // int(p) for c, p in zip(m.compressed_patch_size, m.patch_size,
-                                                       strict=True))  # fmt: skip
+        pool = tuple(
+            int(c) // int(p) for c, p in zip(m.compressed_patch_size, m.patch_size, strict=True)
+        )
     except (AttributeError, TypeError, ValueError):
-        return _unlike(name)
+        return unlike(name, "diffusers")
     if len(pool) != 3:
         return left_alone(name, f"not covered: patch sizes of {len(pool)} axes")
     axes = _wan_blocks(dim)
@@ -430,9 +471,14 @@ def anyflow_far_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
     def make(mode: str | None) -> nn.Module:
         return AnyFlowCausalRope(dim, axes, theta, pool, rows, compat=mode)
 
-    return Found(name, f"rope_grid({dim}, preset='wan', layout='compact'), pooled rows at their "
-                 "centres", _covered(make), numbers=lambda: run(copy.deepcopy(module)), probe=run,
-                 note="max diff over 12 compressed frames of 15 x 26 and 9 of 30 x 52")  # fmt: skip
+    return Found(
+        name,
+        f"rope_grid({dim}, preset='wan', layout='compact'), pooled rows at their centres",
+        covered(make, "diffusers"),
+        numbers=lambda: run(copy.deepcopy(module)),
+        probe=run,
+        note="max diff over 12 compressed frames of 15 x 26 and 9 of 30 x 52",
+    )
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (

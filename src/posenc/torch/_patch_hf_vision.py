@@ -42,20 +42,31 @@ from posenc.torch._hf_vision_rope import VisionRope
 from posenc.torch._patching import Found, Recogniser, chunks, from_library, left_alone
 
 QWEN_FORM = (
-    "Qwen2VLVisionRotaryEmbedding", "Qwen2_5_VLVisionRotaryEmbedding",
-    "Qwen3VLVisionRotaryEmbedding", "Qwen3VLMoeVisionRotaryEmbedding",
-    "Qwen2_5OmniVisionRotaryEmbedding", "Qwen3OmniMoeVisionRotaryEmbedding",
-    "Qwen3_5VisionRotaryEmbedding", "Qwen3_5MoeVisionRotaryEmbedding",
-    "Glm4vVisionRotaryEmbedding", "Glm4vMoeVisionRotaryEmbedding",
-    "GlmOcrVisionRotaryEmbedding", "PaddleOCRVisionRotaryEmbedding",
-)  # fmt: skip
-SAM2_FORM = ("Sam2VideoVisionRotaryEmbedding", "EdgeTamVideoVisionRotaryEmbedding",
-             "Sam3TrackerVideoVisionRotaryEmbedding")  # fmt: skip
+    "Qwen2VLVisionRotaryEmbedding",
+    "Qwen2_5_VLVisionRotaryEmbedding",
+    "Qwen3VLVisionRotaryEmbedding",
+    "Qwen3VLMoeVisionRotaryEmbedding",
+    "Qwen2_5OmniVisionRotaryEmbedding",
+    "Qwen3OmniMoeVisionRotaryEmbedding",
+    "Qwen3_5VisionRotaryEmbedding",
+    "Qwen3_5MoeVisionRotaryEmbedding",
+    "Glm4vVisionRotaryEmbedding",
+    "Glm4vMoeVisionRotaryEmbedding",
+    "GlmOcrVisionRotaryEmbedding",
+    "PaddleOCRVisionRotaryEmbedding",
+)
+SAM2_FORM = (
+    "Sam2VideoVisionRotaryEmbedding",
+    "EdgeTamVideoVisionRotaryEmbedding",
+    "Sam3TrackerVideoVisionRotaryEmbedding",
+)
 PIXTRAL, SAM3, DINOV3, LLAMA4, GEMMA4 = (
-    "PixtralVisionRotaryEmbedding", "Sam3ViTRotaryEmbedding",
-    "DINOv3ViTRopePositionEmbedding", "Llama4VisionRotaryEmbedding",
+    "PixtralVisionRotaryEmbedding",
+    "Sam3ViTRotaryEmbedding",
+    "DINOv3ViTRopePositionEmbedding",
+    "Llama4VisionRotaryEmbedding",
     "Gemma4VisionRotaryEmbedding",
-)  # fmt: skip
+)
 
 QWEN_GRID = (128, 128)
 """Where a Qwen2-VL-form module is measured (it has no image size): a 1792 x 1792 image in 14
@@ -68,10 +79,6 @@ def _pair(v: Any) -> tuple[int, int]:
 
 # ---------------------------------------------------------------------------------------------
 # the recognisers
-
-
-def _tf(module: Any) -> bool:
-    return from_library(module, "transformers")
 
 
 def _buffer_form(name: str, module: Any, family: str, base: Any) -> tuple[int, float] | str:
@@ -91,17 +98,21 @@ def _buffer_form(name: str, module: Any, family: str, base: Any) -> tuple[int, f
     dim = 4 * inv.numel() if family != "pixtral" else 2 * inv.numel()
     own = original.inv_freq(family, dim, base).to(inv.dtype)
     if not torch.equal(own, inv.detach().cpu()):
-        return (f"not covered yet: its inv_freq is not the {family} ladder of a head dim "
-                f"{dim} (base {base:g}), bit for bit")  # fmt: skip
+        return (
+            f"not covered yet: its inv_freq is not the {family} ladder of a head dim "
+            f"{dim} (base {base:g}), bit for bit"
+        )
     return dim, base
 
 
-def _build(family: str, dim: int, base: float, dtype: torch.dtype, device: Any,
-           **kw: Any) -> Callable[[str | None], nn.Module | str]:  # fmt: skip
+def _build(
+    family: str, dim: int, base: float, dtype: torch.dtype, device: Any, **kw: Any
+) -> Callable[[str | None], nn.Module | str]:
     def build(compat: str | None) -> nn.Module | str:
         try:
-            return VisionRope(family, dim, base, compat=compat is not None, dtype=dtype,
-                              device=device, **kw)  # fmt: skip
+            return VisionRope(
+                family, dim, base, compat=compat is not None, dtype=dtype, device=device, **kw
+            )
         except PosencError as err:
             return f"not covered: {err}"
 
@@ -124,8 +135,9 @@ def _id_runs(module: nn.Module, ids: Tensor, dtype: torch.dtype) -> list[Tensor]
     return out
 
 
-def _ids_found(name: str, module: nn.Module, family: str, base: Any, ids: Tensor, where: str,
-               **kw: Any) -> Found:  # fmt: skip
+def _ids_found(
+    name: str, module: nn.Module, family: str, base: Any, ids: Tensor, where: str, **kw: Any
+) -> Found:
     form = _buffer_form(name, module, family, base)
     if isinstance(form, str):
         return left_alone(name, form)
@@ -151,18 +163,24 @@ def qwen2_vl_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found
     """The Qwen2-VL form (``QWEN_FORM``), measured at the (row, column) ids of a
     ``QWEN_GRID`` image."""
     name = type(module).__name__
-    if not (name in QWEN_FORM and _tf(module)):
+    if not (name in QWEN_FORM and from_library(module, "transformers")):
         return None
     h, w = QWEN_GRID
     ids = _grid_ids(h, w, "rc", "cpu")
-    return _ids_found(name, module, "qwen2-vl-vision", _rope_theta(getattr(module, "config", None)),
-                      ids, f"the {h} x {w} patch grid")  # fmt: skip
+    return _ids_found(
+        name,
+        module,
+        "qwen2-vl-vision",
+        _rope_theta(getattr(module, "config", None)),
+        ids,
+        f"the {h} x {w} patch grid",
+    )
 
 
 def pixtral_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Pixtral's, measured at the ids of its ``image_size / patch_size`` grid."""
     name = type(module).__name__
-    if not (name == PIXTRAL and _tf(module)):
+    if not (name == PIXTRAL and from_library(module, "transformers")):
         return None
     config = getattr(module, "config", None)
     try:
@@ -170,8 +188,14 @@ def pixtral_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     except (AttributeError, TypeError, ValueError):
         return left_alone(name, "not covered: no image_size and patch_size in its config")
     ids = _grid_ids(n, n, "rc", "cpu")
-    return _ids_found(name, module, "pixtral", _rope_theta(config), ids,
-                      f"the {n} x {n} patch grid (image_size / patch_size)")  # fmt: skip
+    return _ids_found(
+        name,
+        module,
+        "pixtral",
+        _rope_theta(config),
+        ids,
+        f"the {n} x {n} patch grid (image_size / patch_size)",
+    )
 
 
 def _parent(root: nn.Module, path: str) -> nn.Module | None:
@@ -188,7 +212,7 @@ def sam2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     at its parent's own ``position_ids`` (and EdgeTAM's ``position_ids_k``), else the
     ``memory_attention_rope_feat_sizes`` grid."""
     name = type(module).__name__
-    if not (name in SAM2_FORM and _tf(module)):
+    if not (name in SAM2_FORM and from_library(module, "transformers")):
         return None
     config = getattr(module, "config", None)
     parent = _parent(root, path)
@@ -209,7 +233,7 @@ def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None
     """SAM 3's ViT rotary module, inside a ``Sam3ViTLayer`` whose ``position_ids`` (its window
     grid, or the global one, at the window's scale) it is called with: measured at them."""
     name = type(module).__name__
-    if not (name == SAM3 and _tf(module)):
+    if not (name == SAM3 and from_library(module, "transformers")):
         return None
     parent, config = _parent(root, path), getattr(module, "config", None)
     ids = getattr(parent, "position_ids", None)
@@ -228,17 +252,26 @@ def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None
     rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
     own = torch.stack([cols.flatten(), rows.flatten()], dim=-1) * scale
     if ids.shape != own.shape or not torch.equal(ids.detach().cpu(), own):
-        return left_alone(name, "not covered: its layer's position_ids are not the grid "
-                          f"{h} x {w} at {scale:g} per patch")  # fmt: skip
-    return _ids_found(name, module, "sam3-vit", _rope_theta(config), ids.detach(),
-                      f"its layer's position_ids ({h} x {w} patches, {scale:g} per patch)",
-                      grid=((h, w), scale))  # fmt: skip
+        return left_alone(
+            name,
+            "not covered: its layer's position_ids are not the grid "
+            f"{h} x {w} at {scale:g} per patch",
+        )
+    return _ids_found(
+        name,
+        module,
+        "sam3-vit",
+        _rope_theta(config),
+        ids.detach(),
+        f"its layer's position_ids ({h} x {w} patches, {scale:g} per patch)",
+        grid=((h, w), scale),
+    )
 
 
 def dinov3_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """DINOv3's rotary module, measured in eval mode (a copy) at its config's image size."""
     name = type(module).__name__
-    if not (name == DINOV3 and _tf(module)):
+    if not (name == DINOV3 and from_library(module, "transformers")):
         return None
     m: Any = module
     form = _buffer_form(name, module, "dinov3", getattr(m, "base", None))
@@ -263,10 +296,14 @@ def dinov3_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         with torch.no_grad():
             return [t.detach() for t in twin(pixels)]
 
-    return Found(name, f"VisionRope({dim}, preset='dinov3', base={base:g})",
-                 _build("dinov3", dim, base, inv.dtype, inv.device, grid=patch, config=m.config),
-                 numbers=lambda: run(module), probe=run,
-                 note=f"max diff over the {h} x {w} patch grid, eval mode")  # fmt: skip
+    return Found(
+        name,
+        f"VisionRope({dim}, preset='dinov3', base={base:g})",
+        _build("dinov3", dim, base, inv.dtype, inv.device, grid=patch, config=m.config),
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over the {h} x {w} patch grid, eval mode",
+    )
 
 
 def _parts(t: Tensor) -> list[Tensor]:
@@ -280,7 +317,7 @@ def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
     """Llama 4's vision rotary module: its ``freqs_ci`` buffer of the square patch grid and
     the class token, measured whole."""
     name = type(module).__name__
-    if not (name == LLAMA4 and _tf(module)):
+    if not (name == LLAMA4 and from_library(module, "transformers")):
         return None
     m: Any = module
     try:
@@ -294,16 +331,29 @@ def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
     if freqs.is_meta:
         return left_alone(name, "its tables are on the meta device: load the model first")
     if tuple(freqs.shape) != (n * n + 1, 1, dim // 2) or dim % 4:
-        return left_alone(name, f"not covered: freqs_ci {tuple(freqs.shape)} is not the "
-                          f"{n} x {n} grid and class token of head dim {dim}")  # fmt: skip
+        return left_alone(
+            name,
+            f"not covered: freqs_ci {tuple(freqs.shape)} is not the "
+            f"{n} x {n} grid and class token of head dim {dim}",
+        )
     if not freqs.is_complex():
-        return left_alone(name, "not covered: its freqs_ci was cast to a real dtype "
-                          "(model.to() keeps only the cosines): patch before casting")  # fmt: skip
+        return left_alone(
+            name,
+            "not covered: its freqs_ci was cast to a real dtype "
+            "(model.to() keeps only the cosines): patch before casting",
+        )
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            out = VisionRope("llama4-vision", dim, base, compat=compat is not None,
-                             dtype=torch.float32, device=freqs.device, grid=n)  # fmt: skip
+            out = VisionRope(
+                "llama4-vision",
+                dim,
+                base,
+                compat=compat is not None,
+                dtype=torch.float32,
+                device=freqs.device,
+                grid=n,
+            )
         except PosencError as err:
             return f"not covered: {err}"
         return out.to(freqs.dtype) if freqs.dtype != torch.complex64 else out
@@ -311,9 +361,14 @@ def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
     def probe(new: nn.Module) -> list[Tensor]:
         return _parts(new(torch.zeros(1, device=freqs.device)))
 
-    return Found(name, f"VisionRope({dim}, preset='llama4-vision', base={base:g})", build,
-                 numbers=lambda: _parts(m.freqs_ci), probe=probe,
-                 note=f"max diff over its freqs_ci ({n} x {n} patches, class token)")  # fmt: skip
+    return Found(
+        name,
+        f"VisionRope({dim}, preset='llama4-vision', base={base:g})",
+        build,
+        numbers=lambda: _parts(m.freqs_ci),
+        probe=probe,
+        note=f"max diff over its freqs_ci ({n} x {n} patches, class token)",
+    )
 
 
 GEMMA4_GRID = (96, 105)
@@ -341,8 +396,9 @@ def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            return Gemma4VisionRope(dim, theta, compat=compat is not None, dtype=inv.dtype,
-                                    device=inv.device)  # fmt: skip
+            return Gemma4VisionRope(
+                dim, theta, compat=compat is not None, dtype=inv.dtype, device=inv.device
+            )
         except PosencError as err:
             return f"not covered: {err}"
 
@@ -350,15 +406,20 @@ def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
         with torch.no_grad():
             return [t.detach() for t in mod(torch.zeros(1, device=inv.device), ids)]
 
-    return Found(name, f"Gemma4VisionRope({dim}, preset='gemma4-vision', base={theta:g})", build,
-                 numbers=lambda: run(module), probe=run,
-                 note=f"max diff over the {h} x {w} patch grid and padding ids")  # fmt: skip
+    return Found(
+        name,
+        f"Gemma4VisionRope({dim}, preset='gemma4-vision', base={theta:g})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over the {h} x {w} patch grid and padding ids",
+    )
 
 
 def gemma4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """transformers' ``Gemma4VisionRotaryEmbedding`` (Gemma 4's vision encoder)."""
     name = type(module).__name__
-    if not (name == GEMMA4 and _tf(module)):
+    if not (name == GEMMA4 and from_library(module, "transformers")):
         return None
     config = getattr(module, "config", None)
     kind = (getattr(config, "rope_parameters", None) or {}).get("rope_type")

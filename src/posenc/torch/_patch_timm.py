@@ -69,16 +69,22 @@ def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     shape = tuple(int(s) for s in getattr(getattr(module, "patch_embed", None), "grid_size", ()))
     prefix, (rows, dim) = _prefix(module), tuple(saved.shape[1:])
     if len(shape) != 2 or rows != prefix + shape[0] * shape[1]:
-        return left_alone(kind, f"a fixed table of {rows} rows that is not {prefix} prefix rows "
-                          f"and the patch grid {shape}: left alone", ATTRIBUTE)  # fmt: skip
+        return left_alone(
+            kind,
+            f"a fixed table of {rows} rows that is not {prefix} prefix rows "
+            f"and the patch grid {shape}: left alone",
+            ATTRIBUTE,
+        )
     values = saved.detach()[0].double().cpu().numpy()
     found = [c for c in identify(values[prefix:], shape=shape) if c.error < MATCH]
     if not found:
-        return left_alone(kind, "a fixed table that is not a sinusoid posenc knows: left alone",
-                          ATTRIBUTE)  # fmt: skip
+        return left_alone(
+            kind, "a fixed table that is not a sinusoid posenc knows: left alone", ATTRIBUTE
+        )
     if values[:prefix].any():
-        return left_alone(kind, "a fixed table whose class-token rows are not zero: left alone",
-                          ATTRIBUTE)  # fmt: skip
+        return left_alone(
+            kind, "a fixed table whose class-token rows are not zero: left alone", ATTRIBUTE
+        )
     preset = found[0].preset
     options = {k: v for k, v in found[0].options.items() if k != "shape" and v is not False}
 
@@ -99,15 +105,22 @@ def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
                 return f"has {n} rows, not the {rows} of its {prefix} prefix rows and {shape} grid"
             return exact_rows(torch.float64, "cpu")[0].numpy()
 
-        return TableParameter(make, expected, lambda n: max(shape) - 1, dtype=saved.dtype,
-                              device=saved.device, description=label)  # fmt: skip
+        return TableParameter(
+            make,
+            expected,
+            lambda n: max(shape) - 1,
+            dtype=saved.dtype,
+            device=saved.device,
+            description=label,
+        )
 
     opts = "".join(f", {k}={v!r}" for k, v in options.items())
     label = f"grid({shape}, {dim}, preset={preset!r}{opts}), {prefix} zero prefix rows"
     exact = stand_in(exact_rows, label)
     if _problem(exact, saved.detach().reshape(-1, dim)) is not None:
-        return left_alone(kind, f"a fixed table near the {preset} sinusoid but not it: left alone",
-                          ATTRIBUTE)  # fmt: skip
+        return left_alone(
+            kind, f"a fixed table near the {preset} sinusoid but not it: left alone", ATTRIBUTE
+        )
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is None:
@@ -122,15 +135,23 @@ def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
             if torch.equal(make(saved.dtype, saved.device), saved.detach()):
                 said = ", ".join(f"{k}={v!r}" for k, v in replay.items())
                 return stand_in(make, f"timm build_sincos2d_pos_embed({shape}, {dim}, {said})")
-        return ("compat='original': its numbers are neither the exact ones nor timm's float32 "
-                "build_sincos2d_pos_embed")  # fmt: skip
+        return (
+            "compat='original': its numbers are neither the exact ones nor timm's float32 "
+            "build_sincos2d_pos_embed"
+        )
 
     def probe(stand: Any) -> list[Tensor]:
         return [stand.table]
 
-    return Found(kind, f"TableParameter({label})", build, numbers=lambda: [saved.detach()],
-                 probe=probe, note=f"max diff over its {shape[0]} x {shape[1]} grid",
-                 attribute=ATTRIBUTE)  # fmt: skip
+    return Found(
+        kind,
+        f"TableParameter({label})",
+        build,
+        numbers=lambda: [saved.detach()],
+        probe=probe,
+        note=f"max diff over its {shape[0]} x {shape[1]} grid",
+        attribute=ATTRIBUTE,
+    )
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (pos_embed,)

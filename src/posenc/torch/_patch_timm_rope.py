@@ -66,8 +66,9 @@ def _patch_grid(root: nn.Module) -> tuple[int, int]:
     return (h, w) if h > 0 and w > 0 else MEASURED
 
 
-def _found(name: str, module: nn.Module, root: nn.Module, rope: TimmRope,
-           kept: Tensor | None, free: Tensor) -> Found:  # fmt: skip
+def _found(
+    name: str, module: nn.Module, root: nn.Module, rope: TimmRope, kept: Tensor | None, free: Tensor
+) -> Found:
     """The :class:`Found` of a recognised module: its kept table (``kept``, or none) and the
     dtype and device of its tables (``free``: the bands or periods)."""
     m: Any = module
@@ -81,8 +82,9 @@ def _found(name: str, module: nn.Module, root: nn.Module, rope: TimmRope,
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            return TimmRotaryEmbedding(rope, feat, compat=compat is not None, dtype=dtype,
-                                       device=like.device)  # fmt: skip
+            return TimmRotaryEmbedding(
+                rope, feat, compat=compat is not None, dtype=dtype, device=like.device
+            )
         except PosencError as err:
             return f"not covered yet: {err}"
 
@@ -95,10 +97,21 @@ def _found(name: str, module: nn.Module, root: nn.Module, rope: TimmRope,
         out = mod.get_embed() if grid is None else mod.get_embed(shape=grid)  # type: ignore[operator]
         return list(out) if isinstance(out, tuple) else [out]
 
-    where = (f"its kept {feat[0]} x {feat[1]} grid" if feat is not None
-             else f"a {grid[0]} x {grid[1]} grid" if grid is not None else "")  # fmt: skip
-    return Found(name, f"TimmRotaryEmbedding({rope.label()})", build, numbers=lambda: run(module),
-                 probe=run, note=f"max diff over {where}")  # fmt: skip
+    where = (
+        f"its kept {feat[0]} x {feat[1]} grid"
+        if feat is not None
+        else f"a {grid[0]} x {grid[1]} grid"
+        if grid is not None
+        else ""
+    )
+    return Found(
+        name,
+        f"TimmRotaryEmbedding({rope.label()})",
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over {where}",
+    )
 
 
 def _augmented(m: Any) -> bool:
@@ -107,8 +120,10 @@ def _augmented(m: Any) -> bool:
     )
 
 
-AUGMENTED = ("not covered yet: training-time coordinate augmentation (shift, jitter, rescale) "
-             "draws random numbers posenc does not repeat")  # fmt: skip
+AUGMENTED = (
+    "not covered yet: training-time coordinate augmentation (shift, jitter, rescale) "
+    "draws random numbers posenc does not repeat"
+)
 
 
 def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -122,21 +137,34 @@ def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     try:
         in_pixels, grid_type = bool(m.in_pixels), str(m.grid_type)
         pixel = "pixel-linear" if bool(m.linear_bands) else "pixel"
-        rope = TimmRope(CAT, FORMS[name], int(m.dim), float(m.temperature),
-                        float(m.grid_offset), str(m.grid_indexing), bool(m.rotate_half),
-                        _shape(m.ref_feat_shape), bands=pixel if in_pixels else "lang",
-                        max_res=float(m.max_res))  # fmt: skip
+        rope = TimmRope(
+            CAT,
+            FORMS[name],
+            int(m.dim),
+            float(m.temperature),
+            float(m.grid_offset),
+            str(m.grid_indexing),
+            bool(m.rotate_half),
+            _shape(m.ref_feat_shape),
+            bands=pixel if in_pixels else "lang",
+            max_res=float(m.max_res),
+        )
         bands, cached = m.bands, bool(m._use_cached_embed)
         kept = (m.pos_embed if rope.form == "cat" else m.pos_embed_sin) if cached else None
     except (AttributeError, TypeError, ValueError):
         return left_alone(name, f"not covered: not the attributes of timm's {name}")
     if grid_type != ("pixel" if in_pixels else "index"):
-        return left_alone(name, f"not covered yet: grid_type {grid_type!r} with "
-                          f"in_pixels={in_pixels} (posenc repeats timm's 'index' grid of "
-                          "temperature bands and 'pixel' grid of pixel bands)")  # fmt: skip
+        return left_alone(
+            name,
+            f"not covered yet: grid_type {grid_type!r} with "
+            f"in_pixels={in_pixels} (posenc repeats timm's 'index' grid of "
+            "temperature bands and 'pixel' grid of pixel bands)",
+        )
     if in_pixels and rope.ref_feat_shape is not None:
-        return left_alone(name, "not covered yet: pixel bands with a ref_feat_shape "
-                          "(linspace(-1, 1, n) / n * ref)")  # fmt: skip
+        return left_alone(
+            name,
+            "not covered yet: pixel bands with a ref_feat_shape (linspace(-1, 1, n) / n * ref)",
+        )
     if _augmented(m):
         return left_alone(name, AUGMENTED)
     if rope.grid_indexing not in ("ij", "xy"):
@@ -157,12 +185,22 @@ def rotary_dinov3(path: str, module: nn.Module, root: nn.Module) -> Found | None
     m: Any = module
     try:
         if m.min_period is not None and m.max_period is not None:
-            return left_alone(name, "not covered yet: periods from min_period and "
-                              "max_period (min * (max / min) ** linspace(0, 1)), not a "
-                              "temperature")  # fmt: skip
-        rope = TimmRope(DINOV3, "cat", int(m.dim), float(m.temperature), float(m.grid_offset),
-                        str(m.grid_indexing), bool(m.rotate_half),
-                        normalize_coords=str(m.normalize_coords))  # fmt: skip
+            return left_alone(
+                name,
+                "not covered yet: periods from min_period and "
+                "max_period (min * (max / min) ** linspace(0, 1)), not a "
+                "temperature",
+            )
+        rope = TimmRope(
+            DINOV3,
+            "cat",
+            int(m.dim),
+            float(m.temperature),
+            float(m.grid_offset),
+            str(m.grid_indexing),
+            bool(m.rotate_half),
+            normalize_coords=str(m.normalize_coords),
+        )
         periods, kept = m.periods, m.pos_embed_cached
     except (AttributeError, TypeError, ValueError):
         return left_alone(name, f"not covered: not the attributes of timm's {name}")
@@ -173,8 +211,11 @@ def rotary_dinov3(path: str, module: nn.Module, root: nn.Module) -> Found | None
         "max",
         "min",
     ):
-        return left_alone(name, f"not covered: grid_indexing {rope.grid_indexing!r}, "
-                          f"normalize_coords {rope.normalize_coords!r}")  # fmt: skip
+        return left_alone(
+            name,
+            f"not covered: grid_indexing {rope.grid_indexing!r}, "
+            f"normalize_coords {rope.normalize_coords!r}",
+        )
     if not isinstance(periods, Tensor) or not (kept is None or isinstance(kept, Tensor)):
         return left_alone(name, f"not covered: not the buffers of timm's {name}")
     return _found(name, module, root, rope, kept, periods)
@@ -203,16 +244,23 @@ def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     if _augmented(m):
         return left_alone(name, AUGMENTED)
     if indexing != "ij" or not isinstance(inv_freq, Tensor):
-        return left_alone(name, f"not covered: grid_indexing {indexing!r}, or not the "
-                          f"buffers of timm's {name}")  # fmt: skip
+        return left_alone(
+            name, f"not covered: grid_indexing {indexing!r}, or not the buffers of timm's {name}"
+        )
     if inv_freq.is_meta:
         return left_alone(name, "its tables are on the meta device: load the model first")
     grid = _patch_grid(root)
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            return TimmMRopeEmbedding(dim, section, temperature, compat=compat is not None,
-                                      dtype=inv_freq.dtype, device=inv_freq.device)  # fmt: skip
+            return TimmMRopeEmbedding(
+                dim,
+                section,
+                temperature,
+                compat=compat is not None,
+                dtype=inv_freq.dtype,
+                device=inv_freq.device,
+            )
         except PosencError as err:
             return f"not covered yet: {err}"
 
@@ -220,8 +268,14 @@ def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return [mod.get_embed(grid)]  # type: ignore[operator]
 
     label = f"TimmMRopeEmbedding({dim}, preset='timm-mrope', mrope_section={section})"
-    return Found(name, label, build, numbers=lambda: run(module), probe=run,
-                 note=f"max diff over a {grid[0]} x {grid[1]} grid")  # fmt: skip
+    return Found(
+        name,
+        label,
+        build,
+        numbers=lambda: run(module),
+        probe=run,
+        note=f"max diff over a {grid[0]} x {grid[1]} grid",
+    )
 
 
 def rotary_gemma4(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -241,6 +295,11 @@ def rotary_gemma4(path: str, module: nn.Module, root: nn.Module) -> Found | None
     return gemma4_found(name, module, theta)
 
 
-RECOGNISERS: tuple[Recogniser, ...] = (rotary_cat, rotary_dinov3, rotary_mixed, rotary_mrope,
-                                       rotary_gemma4)  # fmt: skip
+RECOGNISERS: tuple[Recogniser, ...] = (
+    rotary_cat,
+    rotary_dinov3,
+    rotary_mixed,
+    rotary_mrope,
+    rotary_gemma4,
+)
 """The timm rotary recognisers, in the order they are asked."""

@@ -2,35 +2,30 @@
 
 Each recogniser knows one kind of transformers module by its class name and module path
 (transformers is never imported here): the rotary modules ``RotaryEmbedding.from_hf``
-reproduces, Whisper's encoder table, Marian's and fairseq's (M2M100, Speech2Text) sinusoidal
-embeddings, ViT-MAE's fixed 2D table and DETR's sine encoding. The stand-ins take the
-original's call and attributes (``weight``, ``num_embeddings``, ``weights``), hold no tensor
-(:mod:`posenc.torch._placing` writes the original's keys from them on save);
-the original's checkpoint key routes to posenc's checkpoint check.
+reproduces, DETR's sine encoding and its copies, and (``others``) everything else that holds
+positions, reported and left alone with what it holds; the fixed tables (Whisper, Marian,
+fairseq, ViT-MAE) are in ``_patch_transformers_tables.py``.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
-import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from posenc import evaluate
-from posenc.api.sinusoidal import encode, table
 from posenc.compat import transformers as _rope_compat
-from posenc.compat.sinusoid import ORIGINALS
 from posenc.errors import PosencError
-from posenc.torch._checkpoint import _problem, check_saved_table
+from posenc.torch import _patch_transformers_tables as fixed_tables
+from posenc.torch._hf_rotary import HFRotaryEmbedding
 from posenc.torch._patching import (
     Found,
     Recogniser,
-    TableParameter,
     compare,
     device_of,
     float_dtype,
@@ -39,21 +34,19 @@ from posenc.torch._patching import (
     learned,
     left_alone,
     measured,
+    unlike,
 )
-from posenc.torch.rotary import RotaryEmbedding
-from posenc.torch.sequence import SinusoidalEmbedding
-from posenc.torch.vision import DetrSineEncoding, GridEncoding
+from posenc.torch.vision import DetrSineEncoding
 
-POSITIONAL_NAMES = ("embed_positions", "position_embeddings", "position_embedding", "wpe",
-                    "pos_embed", "positional_embedding", "decoder_pos_embed")  # fmt: skip
-
-
-def _tf(module: Any) -> bool:
-    return from_library(module, "transformers")
-
-
-def _parent(root: nn.Module, path: str) -> nn.Module:
-    return root.get_submodule(path.rpartition(".")[0])
+POSITIONAL_NAMES = (
+    "embed_positions",
+    "position_embeddings",
+    "position_embedding",
+    "wpe",
+    "pos_embed",
+    "positional_embedding",
+    "decoder_pos_embed",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,19 +56,27 @@ def _parent(root: nn.Module, path: str) -> nn.Module:
 def rotary(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """A transformers ``*RotaryEmbedding`` that ``RotaryEmbedding.from_hf`` reproduces."""
     name = type(module).__name__
-    if not (name.endswith("RotaryEmbedding") and _tf(module)):
+    if not (name.endswith("RotaryEmbedding") and from_library(module, "transformers")):
         return None
     config = getattr(module, "config", None)
     if config is None:
         return left_alone(name, "not covered: it has no config for RotaryEmbedding.from_hf")
+    family: _rope_compat.Family | None = None
     try:
-        probe = RotaryEmbedding.from_hf(config)
+        probe = HFRotaryEmbedding(config)
     except PosencError as err:
-        return left_alone(name, f"not covered yet: {err}")
+        family, why = _standard_form(module, config)
+        if family is None:
+            why = "" if why == f"; {err}" else why
+            return left_alone(name, f"not covered yet: {err}{why}")
+        probe = HFRotaryEmbedding(config, family=family)
     edited, grown = _state(module, probe)
     if edited:
-        return left_alone(name, f"{edited}: changed after it was built? posenc builds from the "
-                          "config, so it is left alone")  # fmt: skip
+        return left_alone(
+            name,
+            f"{edited}: changed after it was built? posenc builds from the "
+            "config, so it is left alone",
+        )
     device, dtype = device_of(module), float_dtype(module)
     length = getattr(config, "max_position_embeddings", None) or 4096
     layer_types = list(probe.layer_types or [None])  # per-layer-type families: each one
@@ -85,14 +86,16 @@ def rotary(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     if grown:
         lengths = ", ".join(str(n) for n in grown.values())
         trained = getattr(module, "original_max_seq_len", "?")
-        state = (f"its dynamic rule had grown inv_freq to {lengths} positions (it ran past "
-                 f"max_position_embeddings={trained})")  # fmt: skip
+        state = (
+            f"its dynamic rule had grown inv_freq to {lengths} positions (it ran past "
+            f"max_position_embeddings={trained})"
+        )
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is not None and grown:
             return f"{state}; compat={compat!r} repeats the module its config builds, not this"
-        out = RotaryEmbedding.from_hf(config, None if compat is None else "transformers",
-                                      device=device)  # fmt: skip
+        replay = None if compat is None else "transformers"
+        out = HFRotaryEmbedding(config, replay, device=device, family=family)
         return out if dtype in (None, torch.float32) else out.to(dtype)
 
     runs, measured_over = measured(length)
@@ -111,16 +114,86 @@ def rotary(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     rules = "/".join(sorted({r.scaling.rope_type for r in probe.rotaries.values()}))
     note = f"max diff over {measured_over}"
     if grown:
-        note = (f"{state}; {note}, from the state its config gives; the exact module computes "
-                "each call's frequencies from that call's length")  # fmt: skip
+        note = (
+            f"{state}; {note}, from the state its config gives; the exact module computes "
+            "each call's frequencies from that call's length"
+        )
+    call = "RotaryEmbedding.from_hf" if family is None else "transformers' standard rotary"
     return Found(
         name,
-        f"RotaryEmbedding.from_hf({model_type!r}): {rules}",
+        f"{call}({model_type!r}): {rules}",
         build,
         numbers=lambda: run(_as_built(module, grown)),  # a copy: the dynamic rule remembers
         probe=run,
         note=note,
     )
+
+
+def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family | None, str]:
+    """The form of transformers' standard rotary machinery (:data:`~posenc.compat.transformers.
+    STANDARD`) whose replay gives ``module``'s own tables bit for bit (on its first and last
+    256 positions, for each of its layer types, and on three axes of positions where the
+    module takes them: a multimodal one is not standard), for a model type ``from_hf`` does not
+    list; else None and why (appended to the note)."""
+    layer_types = [str(t) for t in getattr(module, "layer_types", None) or ()]
+    held = getattr(module, f"{_prefix(layer_types[0] if layer_types else None)}inv_freq", None)
+    if not isinstance(held, Tensor):
+        return None, ""  # not the standard machinery
+    if held.is_meta:  # its values come from its config at load: check a fresh one on the CPU
+        try:
+            with torch.device("cpu"):
+                module = type(module)(config)
+        except Exception:  # any constructor: then it cannot be checked
+            why = "posenc cannot check on the meta device that it computes transformers' "
+            return None, f"; {why}standard rotary tables: load the model first"
+        return _standard_form(module, config) if not _on_meta(module) else (None, "")
+    if held.is_complex() or held.ndim != 1:
+        return None, ""
+    length = getattr(config, "max_position_embeddings", None) or 4096
+    ids = torch.cat([torch.arange(min(256, length)), torch.arange(max(0, length - 256), length)])
+    ids = ids.to(held.device)[None]
+    x = torch.zeros(1, device=held.device)
+    axes = torch.stack([ids, 2 * ids, 3 * ids])  # multimodal ids: the original may take them
+    kinds: list[tuple[str, ...]] = [(t,) for t in layer_types] or [()]
+    tried = [(x, p, *t) for p in (ids, axes) for t in kinds]
+    calls = [call for call in tried if _runs(module, call)]
+    if not calls:
+        return None, ""  # not called as transformers' rotary modules are
+    first = ""
+    sections = getattr(module, "mrope_section", None)
+    for family in (*_rope_compat.multimodal(sections), *_rope_compat.STANDARD):
+        if family.per_layer != bool(layer_types):
+            continue
+        try:
+            replay = HFRotaryEmbedding(config, "transformers", held.device, family)
+            replay = replay.to(float_dtype(module) or torch.float32)
+            original: Any = copy.deepcopy(module)
+            theirs = [t for call in calls for t in original(*call)]
+            ours = [t for call in calls for t in cast(Any, replay)(*call)]
+        except PosencError as err:
+            first = first or str(err)
+            continue
+        except Exception as err:  # a config or a forward of another form
+            return None, f"; not transformers' standard rotary machinery ({type(err).__name__})"
+        if len(theirs) == len(ours) and compare(theirs, ours)[1]:
+            return family, ""
+    return None, f"; {first or NOT_STANDARD}"
+
+
+NOT_STANDARD = "its tables are not those of transformers' standard rotary arithmetic"
+
+
+def _runs(module: nn.Module, call: tuple[Any, ...]) -> bool:
+    """The module (a copy: a dynamic rule remembers) takes this call."""
+    try:
+        copy.deepcopy(module)(*call)
+    except Exception:  # a form of positions it does not take
+        return False
+    return True
+
+
+def _on_meta(module: nn.Module) -> bool:
+    return any(t.is_meta for t in module.buffers())
 
 
 def _prefix(layer_type: str | None) -> str:
@@ -151,9 +224,11 @@ def _state(module: Any, probe: Any) -> tuple[str, dict[str | None, int]]:
         rel = ((held.detach().cpu().double() - want.double()) / want.double()).abs()
         if float(rel.max()) > 2.0**-8:
             i = int(rel.argmax())
-            return (f"its {prefix}inv_freq is not what its config gives: channel {i} holds "
-                    f"{float(held.reshape(-1)[i]):.6g}, the config {float(want[i]):.6g}",
-                    grown)  # fmt: skip
+            return (
+                f"its {prefix}inv_freq is not what its config gives: channel {i} holds "
+                f"{float(held.reshape(-1)[i]):.6g}, the config {float(want[i]):.6g}",
+                grown,
+            )
     return "", grown
 
 
@@ -162,220 +237,15 @@ def _as_built(module: nn.Module, grown: dict[str | None, int]) -> nn.Module:
     out: Any = copy.deepcopy(module)
     for layer_type in grown:
         prefix = _prefix(layer_type)
-        out.register_buffer(f"{prefix}inv_freq", getattr(out, f"{prefix}original_inv_freq"),
-                            persistent=False)  # fmt: skip
+        out.register_buffer(
+            f"{prefix}inv_freq", getattr(out, f"{prefix}original_inv_freq"), persistent=False
+        )
         setattr(out, f"{prefix}max_seq_len_cached", out.original_max_seq_len)
     return cast(nn.Module, out)
 
 
 # ---------------------------------------------------------------------------------------------
-# 1D tables: Whisper's encoder, Marian, fairseq's (M2M100, Speech2Text)
-
-
-def _check_weight(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
-    check_saved_table(module, state, prefix + "weight")  # nn.Embedding's key
-
-
-class PositionTable(SinusoidalEmbedding):
-    """posenc's stand-in for an ``nn.Embedding`` of fixed sinusoidal rows (Whisper's encoder
-    ``embed_positions``): ``forward(ids)`` gathers rows, ``weight`` is the whole table in the
-    module's dtype and device (it follows ``.to()``), nothing is saved, and a checkpoint's
-    ``weight`` is checked as posenc's modules check their tables. ``compat="original"``: the
-    original's float32 arithmetic (then the module's dtype), for identical outputs."""
-
-    def __init__(
-        self, rows: int, dim: int, preset: str, *, compat: str | None, device: Any,
-        dtype: Any, **options: Any,
-    ) -> None:  # fmt: skip
-        # read by _span while the kept rows are built; a preset whose original computes in
-        # float64 (marian, mae) has no replay: its exact table is the original's
-        self.compat = compat if preset in ORIGINALS else None
-        super().__init__(dim, preset=preset, cached_length=rows, device=device, dtype=dtype,
-                         **options)  # fmt: skip
-        self.num_embeddings, self.embedding_dim = rows, dim
-        self._register_load_state_dict_pre_hook(_check_weight, with_module=True)  # type: ignore[no-untyped-call]
-
-    @property
-    def weight(self) -> Tensor:
-        """The table ``[rows, dim]``, as the original's ``weight`` (not a parameter)."""
-        return self.cache
-
-    def _span(self, start: int, length: Any, dtype: torch.dtype, device: Any) -> Tensor:
-        if self.compat is None:
-            return super()._span(start, length, dtype, device)
-        out: Tensor = table(length, self.dim, preset=self.preset, offset=start, compat="original",
-                            dtype=torch.float32, device=device, **self.options)  # fmt: skip
-        return out.to(dtype)
-
-    def _computed(self, pos: Any, dtype: torch.dtype) -> Tensor:
-        if self.compat is None:
-            return super()._computed(pos, dtype)
-        out: Tensor = encode(pos.values, self.dim, preset=self.preset, compat="original",
-                             dtype=torch.float32, **self.options)  # fmt: skip
-        return out.to(dtype)
-
-    def _expected_table(self, rows: int) -> Any:  # the exact table, whatever the mode
-        return SinusoidalEmbedding._span(self, 0, rows, torch.float64, torch.device("cpu")).numpy()
-
-    def extra_repr(self) -> str:
-        mode = "" if self.compat is None else ", compat='original'"
-        return super().extra_repr() + mode
-
-
-class MarianPositions(PositionTable):
-    """The stand-in for ``MarianSinusoidalPositionalEmbedding`` (Marian, Pegasus)."""
-
-    def forward(  # type: ignore[override]
-        self, input_ids_shape: Any, past_key_values_length: int = 0, position_ids: Any = None
-    ) -> Tensor:
-        """Rows ``past … past + seq - 1`` (``[seq, d]``), or of ``position_ids``."""
-        if position_ids is None:
-            seq = input_ids_shape[1]
-            start = past_key_values_length
-            position_ids = torch.arange(start, start + seq, device=self._device)
-        return self._rows(position_ids, self._dtype)
-
-
-class FairseqPositions(PositionTable):
-    """The stand-in for M2M100's ``SinusoidalPositionalEmbedding`` (and its copies that take
-    ``input_ids, inputs_embeds, past_key_values_length``): fairseq's positions, counted past
-    ``padding_idx`` over non-pad tokens, pads on the zero row; ``weights`` is the table."""
-
-    @property
-    def weights(self) -> Tensor:
-        """The table, as the original's ``weights`` buffer."""
-        return self.cache
-
-    def forward(  # type: ignore[override]
-        self, input_ids: Any = None, inputs_embeds: Any = None, past_key_values_length: Any = 0
-    ) -> Tensor:
-        """``[b, s, d]`` rows of fairseq's positions of ``input_ids`` (or of a run)."""
-        pad = self.padding_idx
-        if input_ids is not None:
-            mask = input_ids.ne(pad).int()
-            ids = (torch.cumsum(mask, dim=1).type_as(mask) + past_key_values_length) * mask
-            ids = ids.long() + pad
-        else:
-            b, s = inputs_embeds.shape[:2]
-            run = torch.arange(pad + 1, s + pad + 1, device=inputs_embeds.device)
-            ids = run.expand(b, s) + past_key_values_length
-        return self._rows(ids, self._dtype)
-
-    @property
-    def padding_idx(self) -> int:
-        pad = self.enc.padding_idx
-        assert pad is not None
-        return pad
-
-
-class TokenPositions(FairseqPositions):
-    """The stand-in for Speech2Text's form, ``forward(input_ids, past_key_values_length)``."""
-
-    def forward(self, input_ids: Any, past_key_values_length: Any = 0) -> Tensor:  # type: ignore[override]
-        """``[b, s, d]`` rows of fairseq's positions of ``input_ids``."""
-        return super().forward(input_ids, None, past_key_values_length)
-
-
-def _table(name: str, saved: Tensor, make: Callable[[str | None], nn.Module], what: str,
-           probe: Callable[[Any], Tensor], attribute: str | None = None) -> Found:  # fmt: skip
-    """A fixed table ``saved`` that ``make``'s module computes: replaced when it holds that
-    sinusoid (the checkpoint check's rule) and is not trainable. On the meta device (a model
-    built before its weights are loaded) the architecture says what it holds, and the
-    checkpoint check, when the weights arrive, whether it does."""
-    exact = make(None)
-    values = saved.detach().reshape(-1, saved.shape[-1])
-    problem = None if saved.is_meta else _problem(exact, values)
-    if saved.requires_grad:
-        if problem is not None:
-            return left_alone(name, learned(saved), attribute)
-        return left_alone(name, f"learned (a trainable table; holds the {what}), left alone",
-                          attribute)  # fmt: skip
-    if problem is not None:
-        held = holds(saved)
-        held = f" ({held})" if held else ""
-        return left_alone(name, f"a fixed table that is not the {what}{held}: left alone",
-                          attribute)  # fmt: skip
-    rows = saved.reshape(-1, saved.shape[-1]).shape[0]
-    return Found(
-        name,
-        f"{type(exact).__name__}({what})",
-        make,
-        numbers=lambda: [saved.detach()],
-        probe=lambda m: [probe(m)],
-        note=f"max diff over its {rows} rows",
-        attribute=attribute,
-    )
-
-
-def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """Whisper's encoder table, Marian's, and fairseq's (M2M100, Speech2Text)."""
-    name = type(module).__name__
-    if type(module) is nn.Embedding and path.endswith("embed_positions") and path != "":
-        parent = _parent(root, path)
-        if not (_tf(parent) and type(parent).__name__.endswith("Encoder")):
-            return None
-        return _one_d(name, module.weight, PositionTable, "whisper")
-    if not (_tf(module) and name.endswith("SinusoidalPositionalEmbedding")):
-        return None
-    if isinstance(module, nn.Embedding):  # Marian, Pegasus: [sin | cos] by split widths
-        return _one_d(name, module.weight, MarianPositions, "marian")
-    table, pad = getattr(module, "weights", None), getattr(module, "padding_idx", None)
-    params = list(inspect.signature(type(module).forward).parameters)[1:]
-    forms = {("input_ids", "inputs_embeds", "past_key_values_length"): FairseqPositions,
-             ("input_ids", "past_key_values_length"): TokenPositions}  # fmt: skip
-    form = forms.get(tuple(params))
-    if not isinstance(table, Tensor) or not isinstance(pad, int) or form is None:
-        return left_alone(name, f"not covered: forward({', '.join(params)}) is not a form "
-                          "posenc reproduces")  # fmt: skip
-    return _one_d(name, table, form, "fairseq", padding_idx=pad)
-
-
-def _one_d(name: str, saved: Tensor, cls: type[PositionTable], preset: str, **options: Any
-           ) -> Found:  # fmt: skip
-    """A 1D table ``saved`` (``[rows, dim]``) that ``cls`` computes with ``preset``."""
-    rows, dim = int(saved.shape[0]), int(saved.shape[1])
-
-    def make(compat: str | None) -> nn.Module:
-        return cls(rows, dim, preset, compat=compat, device=saved.device, dtype=saved.dtype,
-                   **options)  # fmt: skip
-
-    what = " ".join([f"{preset} sinusoid", *(f"{k}={v}" for k, v in options.items())])
-    attr = "weights" if issubclass(cls, FairseqPositions) else "weight"
-    return _table(name, saved, make, what, lambda m: getattr(m, attr))
-
-
-# ---------------------------------------------------------------------------------------------
-# vision: ViT-MAE's fixed table, DETR's sine encoding
-
-
-def mae(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """ViT-MAE's ``position_embeddings`` (and its decoder's ``decoder_pos_embed``): a fixed
-    ``[1, 1 + H*W, d]`` table, MAE's 2D sin-cos with a class row."""
-    name = type(module).__name__
-    attr = {"ViTMAEEmbeddings": "position_embeddings", "ViTMAEDecoder": "decoder_pos_embed"}
-    if not (_tf(module) and name in attr):
-        return None
-    key = attr[name]
-    saved = getattr(module, key, None)
-    if not isinstance(saved, nn.Parameter) or saved.ndim != 3:
-        return None
-    side, dim = math.isqrt(saved.shape[1] - 1), saved.shape[2]
-    if side * side != saved.shape[1] - 1 or dim % 4:
-        return left_alone("Parameter", "not a square grid with a class row: left alone", key)
-
-    def make(compat: str | None) -> nn.Module:
-        grid = GridEncoding(dim, preset="mae", cls_token=True)
-        return TableParameter(
-            lambda dtype, device: grid.encoding((side, side), dtype=dtype, device=device)[None],
-            grid._expected_table,
-            grid._largest_position,
-            dtype=saved.dtype,
-            device=saved.device,
-            description=f"{dim}, preset='mae', cls_token=True, grid=({side}, {side})",
-        )
-
-    what = f"mae sinusoid on a {side} x {side} grid"
-    return _table("Parameter", saved, make, what, lambda m: m.table, attribute=key)
+# DETR's sine encoding and its copies
 
 
 class DetrPositions(DetrSineEncoding):
@@ -404,8 +274,9 @@ class PixelMaskPositions(DetrSineEncoding):
         if pixel_mask is None:
             raise PosencError("`pixel_mask` must be given (1 on pixels, 0 on padding)")
         padding = (pixel_mask == 0).to(pixel_values.device)
-        out: Tensor = evaluate.detr(self._plan, self.enc, padding, dtype=torch.float32,
-                                    on_device=True)  # fmt: skip
+        out: Tensor = evaluate.detr(
+            self._plan, self.enc, padding, dtype=torch.float32, on_device=True
+        )
         return out
 
 
@@ -425,12 +296,19 @@ def detr(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     another ``*SinePositionEmbedding`` is left to ``others``, which reports it."""
     name = type(module).__name__
     params = tuple(inspect.signature(type(module).forward).parameters)[1:]
-    if not (_tf(module) and name.endswith("SinePositionEmbedding") and params in SINE_FORMS):
+    if not (
+        from_library(module, "transformers")
+        and name.endswith("SinePositionEmbedding")
+        and params in SINE_FORMS
+    ):
         return None
     form, channels = SINE_FORMS[params]
     original: Any = module  # its attributes, untyped
-    feats, temp = int(getattr(original, channels)), float(original.temperature)
-    norm, scale = bool(original.normalize), float(original.scale)
+    try:
+        feats, temp = int(getattr(original, channels)), float(original.temperature)
+        norm, scale = bool(original.normalize), float(original.scale)
+    except (AttributeError, TypeError, ValueError):
+        return unlike(name, "transformers")
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is not None:
@@ -448,10 +326,19 @@ def detr(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         run(module, 12, 20, 3), run(form(feats, temp, norm, scale if norm else None), 12, 20, 3)
     )
     if differs > SINE_CHECK:
-        return left_alone(name, f"not covered: its numbers differ from DETR's sine embedding by "
-                          f"{differs:.2g} (on a padded 12 x 20 feature map)")  # fmt: skip
-    return Found(name, f"DetrSineEncoding({feats}, normalize={norm})", build, lambda: run(module),
-                 run, note="max diff on a 32 x 32 feature map")  # fmt: skip
+        return left_alone(
+            name,
+            f"not covered: its numbers differ from DETR's sine embedding by "
+            f"{differs:.2g} (on a padded 12 x 20 feature map)",
+        )
+    return Found(
+        name,
+        f"DetrSineEncoding({feats}, normalize={norm})",
+        build,
+        lambda: run(module),
+        run,
+        note="max diff on a 32 x 32 feature map",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,16 +351,18 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     CodeGen's ``embed_positions``, CTRL's ``pos_encoding``): reported, left alone, saying
     which sinusoid it holds when it holds one."""
     name, last = type(module).__name__, path.rpartition(".")[2]
-    if (_tf(module) and _POSITIONAL.search(name)) or (path and last in POSITIONAL_NAMES):
+    if (from_library(module, "transformers") and _POSITIONAL.search(name)) or (
+        path and last in POSITIONAL_NAMES
+    ):
         weight = next((t for t in module.parameters() if t.ndim >= 2), None)
         if any(p.requires_grad for p in module.parameters()):
             return left_alone(name, learned(weight))
-        if not _tf(module) and weight is None:
+        if not from_library(module, "transformers") and weight is None:
             return None
         held = f"; it {holds(weight)}" if holds(weight) else ""
         why = f"not covered: posenc does not reproduce {name}'s forward{_signature(module)}"
         return left_alone(name, why + held)
-    if not _tf(module):
+    if not from_library(module, "transformers"):
         return None
     for key in (*POSITIONAL_NAMES, *BUFFER_NAMES):
         saved = module._parameters.get(key, module._buffers.get(key))
@@ -494,6 +383,12 @@ def _signature(module: nn.Module) -> str:
 
 BUFFER_NAMES = ("pos_encoding",)  # CTRL's
 """Attribute names of fixed positional tables besides ``POSITIONAL_NAMES``."""
-_POSITIONAL = re.compile(r"Pos(ition(al)?)?(Embed|Encod)")
-RECOGNISERS: tuple[Recogniser, ...] = (rotary, embeddings, mae, detr, others)
+_POSITIONAL = re.compile(r"Pos(ition(al)?)?(Embed|Encod)|Sinusoid|TimeEmbedding$")
+RECOGNISERS: tuple[Recogniser, ...] = (
+    rotary,
+    fixed_tables.embeddings,
+    fixed_tables.mae,
+    detr,
+    others,
+)
 """The transformers recognisers, in the order they are asked (the first answer wins)."""

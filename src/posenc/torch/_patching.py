@@ -126,12 +126,56 @@ def learned(saved: Any) -> str:
     return f"learned (a trainable table; {held}), left alone" if held else LEARNED
 
 
+def is_one_of(module: Any, library: str, *names: str) -> bool:
+    """``module``'s class is one of ``names``, defined in ``library`` (``"diffusers"``)."""
+    return type(module).__name__ in names and from_library(module, library)
+
+
+def covered(
+    make: Callable[[str | None], nn.Module], replay: str
+) -> Callable[[str | None], nn.Module | str]:
+    """``build`` of a :class:`Found`: the stand-in ``make`` builds (``compat`` mapped to the
+    library's replay, ``replay``), or why there is none (a :class:`PosencError`'s words)."""
+
+    def build(compat: str | None) -> nn.Module | str:
+        try:
+            return make(None if compat is None else replay)
+        except PosencError as err:
+            return f"not covered: {err}"
+
+    return build
+
+
+def unlike(name: str, library: str) -> Found:
+    """Left alone: a module of a class posenc knows whose attributes are not that class's."""
+    owner = library + ("'" if library.endswith("s") else "'s")
+    return left_alone(name, f"not covered: not the attributes of {owner} {name}")
+
+
+def readable_theta(
+    last: float, d: int, matches: Callable[[float], bool], usual: float = 10000.0
+) -> float | None:
+    """The theta of a table kept without it: the first of ``usual`` and the estimate from
+    ``last`` (a block of width ``d``'s last frequency ``theta ** (-(d - 2) / d)``, as kept) to
+    1, 2, 3 digits and to an integer whose table ``matches`` the kept one bit for bit (a 16-bit
+    table pins theta no closer: the roundest that rebuilds it is read), or None."""
+    guesses = [usual]
+    if d > 2 and 0.0 < last < 1.0:
+        estimate = last ** (-d / (d - 2))
+        if math.isfinite(estimate):
+            guesses += [float(f"{estimate:.{k}g}") for k in (1, 2, 3)] + [float(round(estimate))]
+    found = [t for t in dict.fromkeys(guesses) if t > 0 and matches(t)]
+    return found[0] if found else None
+
+
 def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool]:
     """The largest difference of two runs chunk for chunk (in float64), and whether they were
-    equal bit for bit (same dtypes and values)."""
+    equal bit for bit (same dtypes and values); infinite for chunks of different shapes."""
     largest, equal = 0.0, True
     for a, b in zip(original, other, strict=True):
-        equal = equal and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        if a.shape != b.shape:  # not the same numbers at all
+            return math.inf, False
+        equal = equal and a.dtype == b.dtype and torch.equal(a, b)
         if a.numel():
             diff = float((a.detach().double() - b.detach().double().to(a.device)).abs().max())
             largest = max(largest, diff) if math.isfinite(diff) else math.inf

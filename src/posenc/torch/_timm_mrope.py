@@ -60,20 +60,29 @@ class TimmMRopeEmbedding(_Tracked):
         h, w = grid_shape(shape, 2, axes="(H, W): timm's MRoPE tables are of 2D grids")
         if self.compat:
             row_col = (self.mrope_section[1], self.mrope_section[2])
-            sin, cos = original.mrope_tables((h, w), self.dim, row_col,
-                                             self.temperature, self._device,
-                                             self._freq_dtype())  # fmt: skip
+            sin, cos = original.mrope_tables(
+                (h, w), self.dim, row_col, self.temperature, self._device, self._freq_dtype()
+            )
             return torch.cat([sin, cos], dim=-1).to(dtype=dtype)
         f64 = torch.float64
-        rows, cols = torch.meshgrid(torch.arange(h, dtype=f64), torch.arange(w, dtype=f64),
-                                    indexing="ij")  # fmt: skip
+        rows, cols = torch.meshgrid(
+            torch.arange(h, dtype=f64), torch.arange(w, dtype=f64), indexing="ij"
+        )
         ids = torch.stack([torch.zeros_like(rows), rows, cols]).reshape(3, -1).to(self._device)
-        cos, sin = rope(ids, self.dim, base=self.temperature, layout="halves",
-                        sections=self.sections, interleave_sections=True,
-                        dtype=dtype or self._freq_dtype())  # fmt: skip
+        cos, sin = rope(
+            ids,
+            self.dim,
+            base=self.temperature,
+            layout="halves",
+            sections=self.sections,
+            interleave_sections=True,
+            dtype=dtype or self._freq_dtype(),
+        )
         return torch.cat([sin, cos], dim=-1)
 
     def extra_repr(self) -> str:
         mode = ", compat='timm'" if self.compat else ""
-        return (f"{self.dim}, preset='timm-mrope', mrope_section={self.mrope_section}, "
-                f"sections={self.sections}, base={self.temperature:g}{mode}")  # fmt: skip
+        return (
+            f"{self.dim}, preset='timm-mrope', mrope_section={self.mrope_section}, "
+            f"sections={self.sections}, base={self.temperature:g}{mode}"
+        )

@@ -79,18 +79,24 @@ class TimmRope:
             # ((i + 0.5 + offset) / d) * 2 - 1: a middle patch at exactly 0 (an empty axis
             # has no positions: any step)
             steps = tuple(2.0 / d if d else 1.0 for d in denoms)
-            starts = tuple((0.5 + self.grid_offset - d / 2) * s
-                           for d, s in zip(denoms, steps, strict=True))  # fmt: skip
+            starts = tuple(
+                (0.5 + self.grid_offset - d / 2) * s for d, s in zip(denoms, steps, strict=True)
+            )
         elif self.ref_feat_shape is None:
             steps, starts = (1.0, 1.0), (self.grid_offset,) * 2
         else:
-            steps = tuple(r / n if n else 1.0
-                          for r, n in zip(self.ref_feat_shape, (h, w), strict=True))  # fmt: skip
+            steps = tuple(
+                r / n if n else 1.0 for r, n in zip(self.ref_feat_shape, (h, w), strict=True)
+            )
             starts = tuple(self.grid_offset * s for s in steps)
-        return {"preset": self.preset, "base": base,
-                "layout": "halves" if self.rotate_half else "interleaved",
-                "block_axes": (0, 1) if self.grid_indexing == "ij" else (1, 0),
-                "start": starts, "step": steps}  # fmt: skip
+        return {
+            "preset": self.preset,
+            "base": base,
+            "layout": "halves" if self.rotate_half else "interleaved",
+            "block_axes": (0, 1) if self.grid_indexing == "ij" else (1, 0),
+            "start": starts,
+            "step": steps,
+        }
 
     def label(self) -> str:
         """These tables in words, for the report."""
@@ -167,8 +173,9 @@ class TimmRotaryEmbedding(_Tracked):
         self.normalize_coords = rope.normalize_coords
         self.in_pixels, self.aug_active = rope.bands != "lang", False
         self.max_res, self.linear_bands = rope.max_res, rope.bands == "pixel-linear"
-        self.grid_type = ("centered" if rope.kind == DINOV3 else
-                          "pixel" if self.in_pixels else "index")  # fmt: skip
+        self.grid_type = (
+            "centered" if rope.kind == DINOV3 else "pixel" if self.in_pixels else "index"
+        )
         self.feat_shape = feat_shape
         self._use_cached_embed = feat_shape is not None
         self._kept: tuple[Tensor, ...] | None = None  # (sin, cos) of feat_shape
@@ -190,8 +197,14 @@ class TimmRotaryEmbedding(_Tracked):
         """timm's float32 ``(sin, cos)`` of ``shape``, computed on ``device``, cast to
         ``dtype``."""
         dims = self._grid(shape)
-        cos, sin = rope_grid(dims, self.dim, compat="timm", dtype=torch.float32, device=device,
-                             **self.rope.grid_options(dims))  # fmt: skip
+        cos, sin = rope_grid(
+            dims,
+            self.dim,
+            compat="timm",
+            dtype=torch.float32,
+            device=device,
+            **self.rope.grid_options(dims),
+        )
         return sin.to(dtype), cos.to(dtype)
 
     def _tables(self, shape: Sequence[int], dtype: torch.dtype) -> tuple[Tensor, ...]:
@@ -199,8 +212,9 @@ class TimmRotaryEmbedding(_Tracked):
         dims = self._grid(shape)
         if self.compat:
             return self._replayed(dims, dtype, self._device)
-        cos, sin = rope_grid(dims, self.dim, dtype=dtype, device=self._device,
-                             **self.rope.grid_options(dims))  # fmt: skip
+        cos, sin = rope_grid(
+            dims, self.dim, dtype=dtype, device=self._device, **self.rope.grid_options(dims)
+        )
         return sin, cos
 
     def _cached(self) -> tuple[Tensor, ...]:

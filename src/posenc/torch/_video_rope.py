@@ -22,16 +22,18 @@ from posenc.evaluate.positions import grid_shape
 from posenc.torch._diffusers_rope import QwenImageRope, VideoRope
 
 
-def _axis_tables(positions: Sequence[Tensor], axes_dim: tuple[int, ...], base: float
-                 ) -> tuple[Tensor, Tensor]:  # fmt: skip
+def _axis_tables(
+    positions: Sequence[Tensor], axes_dim: tuple[int, ...], base: float
+) -> tuple[Tensor, Tensor]:
     """Exact tables of the grid of ``positions`` (one float64 tensor per axis, first axis
     outermost): per axis ``posenc.rope`` of its positions (its block, pairs), broadcast over
     the grid and concatenated, float32 ``[S, sum(axes_dim)]``."""
     dims = [int(p.shape[0]) for p in positions]
     parts: list[list[Tensor]] = [[], []]
     for a, (d, pos) in enumerate(zip(axes_dim, positions, strict=True)):
-        block = rope(pos[:, None], d, base=base, axes_dim=(d,), layout="interleaved",
-                     dtype=torch.float32)  # fmt: skip
+        block = rope(
+            pos[:, None], d, base=base, axes_dim=(d,), layout="interleaved", dtype=torch.float32
+        )
         shape = [1] * len(dims) + [d]
         shape[a] = dims[a]
         for part, t in zip(parts, block, strict=True):
@@ -47,16 +49,30 @@ class HunyuanGridRope(VideoRope):
     device has them): ``forward(hidden_states)`` with latents ``[B, C, H, W]`` (two blocks) or
     ``[B, C, F, H, W]`` (three), ``(cos, sin)`` ``[S, D]`` float32 on the latents' device."""
 
-    def __init__(self, preset: str, patch: tuple[int, ...], axes_dim: tuple[int, ...],
-                 theta: float, *, wide: bool = False,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        preset: str,
+        patch: tuple[int, ...],
+        axes_dim: tuple[int, ...],
+        theta: float,
+        *,
+        wide: bool = False,
+        compat: str | None = None,
+    ) -> None:
         if len(patch) != len(axes_dim):
             raise PosencError(
                 f"`patch_size` {patch} and `rope_dim` {axes_dim} must have the same length "
                 "(HunyuanImageRotaryPosEmbed's rule)"
             )
-        super().__init__(preset, sum(axes_dim), (1, 1, 1), wan=False, compat=compat,
-                         axes_dim=axes_dim, base=theta)  # fmt: skip
+        super().__init__(
+            preset,
+            sum(axes_dim),
+            (1, 1, 1),
+            wan=False,
+            compat=compat,
+            axes_dim=axes_dim,
+            base=theta,
+        )
         self.patch_size, self.wide = tuple(patch), wide
 
     def grid(self, hidden_states: Tensor) -> tuple[int, ...]:  # type: ignore[override]
@@ -88,25 +104,37 @@ class FramepackRope(nn.Module):
     float32, the frames at the given indices, rows and columns ``0 … n - 1`` of the patched
     grid (HunyuanVideo's tables, ``preset="hunyuan-video"``)."""
 
-    def __init__(self, patch: int, patch_t: int, axes_dim: tuple[int, ...], theta: float,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        patch: int,
+        patch_t: int,
+        axes_dim: tuple[int, ...],
+        theta: float,
+        compat: str | None = None,
+    ) -> None:
         super().__init__()
         self.patch_size, self.patch_size_t = patch, patch_t
         self.axes_dim, self.theta, self.compat = tuple(axes_dim), theta, compat
         rope_grid((1, 1, 1), sum(axes_dim), axes_dim=axes_dim, base=theta)  # refused now if not
 
-    def forward(self, frame_indices: Tensor, height: int, width: int, device: Any
-                ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    def forward(
+        self, frame_indices: Tensor, height: int, width: int, device: Any
+    ) -> tuple[Tensor, Tensor]:
         """The tables of the frames ``frame_indices`` of a ``height x width`` latent grid."""
         h, w = height // self.patch_size, width // self.patch_size
         if self.compat is not None:
-            pos = [frame_indices.to(device=device, dtype=torch.float32),
-                   torch.arange(h, device=device, dtype=torch.float32),
-                   torch.arange(w, device=device, dtype=torch.float32)]  # fmt: skip
+            pos = [
+                frame_indices.to(device=device, dtype=torch.float32),
+                torch.arange(h, device=device, dtype=torch.float32),
+                torch.arange(w, device=device, dtype=torch.float32),
+            ]
             return original.grid_tables(pos, self.axes_dim, self.theta)
         frames = frame_indices.to(device=device, dtype=torch.float32).double()  # as diffusers
-        pos = [frames, torch.arange(h, device=device, dtype=torch.float64),
-               torch.arange(w, device=device, dtype=torch.float64)]  # fmt: skip
+        pos = [
+            frames,
+            torch.arange(h, device=device, dtype=torch.float64),
+            torch.arange(w, device=device, dtype=torch.float64),
+        ]
         return _axis_tables(pos, self.axes_dim, self.theta)
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
@@ -122,11 +150,21 @@ class ChronoEditRope(VideoRope):
     D]`` in the module's dtype), except that latents of 2 frames (an edit: input and output)
     take frame rows ``0`` and ``temporal_skip_len - 1``."""
 
-    def __init__(self, dim: int, patch: tuple[int, int, int], rows: int, skip: int, *,
-                 axes_dim: tuple[int, ...], base: float = 10000.0, compat: str | None = None,
-                 device: Any = None) -> None:  # fmt: skip
-        super().__init__("wan", dim, patch, wan=True, compat=compat, axes_dim=axes_dim,
-                         base=base, device=device)  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        patch: tuple[int, int, int],
+        rows: int,
+        skip: int,
+        *,
+        axes_dim: tuple[int, ...],
+        base: float = 10000.0,
+        compat: str | None = None,
+        device: Any = None,
+    ) -> None:
+        super().__init__(
+            "wan", dim, patch, wan=True, compat=compat, axes_dim=axes_dim, base=base, device=device
+        )
         self.rows, self.temporal_skip_len = rows, skip
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
@@ -144,14 +182,24 @@ class ChronoEditRope(VideoRope):
         if self.compat is not None:
             wide = torch.float64 if self.compat == "diffusers" else torch.float32
             dev = self._device
-            pos = [torch.tensor([0, last], device=dev), torch.arange(h, device=dev),
-                   torch.arange(w, device=dev)]  # fmt: skip
+            pos = [
+                torch.tensor([0, last], device=dev),
+                torch.arange(h, device=dev),
+                torch.arange(w, device=dev),
+            ]
             cos, sin = original.grid_tables(pos, r.axes_dim or (), float(r.base), wide=wide)
             cos, sin = cos.to(self._dtype), sin.to(self._dtype)  # the buffers .to() cast
         else:
-            cos, sin = rope_grid((2, h, w), self.dim, preset="wan", axes_dim=r.axes_dim,
-                                 base=r.base, step=(float(last), 1.0, 1.0), dtype=self._dtype,
-                                 device=self._device)  # fmt: skip
+            cos, sin = rope_grid(
+                (2, h, w),
+                self.dim,
+                preset="wan",
+                axes_dim=r.axes_dim,
+                base=r.base,
+                step=(float(last), 1.0, 1.0),
+                dtype=self._dtype,
+                device=self._device,
+            )
         return cos[None, :, None], sin[None, :, None]
 
     def extra_repr(self) -> str:
@@ -194,14 +242,24 @@ class EasyAnimateRope(nn.Module):
         f, h, w = hidden_states.shape[2], *(n // self.patch_size for n in hidden_states.shape[3:])
         (top, left), (bottom, right) = easyanimate_crop(h, w, self.patch_size)
         if self.compat is not None:
-            pos = [torch.linspace(0, f * (f - 1) / f, f, dtype=torch.float32),
-                   torch.linspace(top, bottom * (h - 1) / h, h, dtype=torch.float32),
-                   torch.linspace(left, right * (w - 1) / w, w, dtype=torch.float32)]  # fmt: skip
+            pos = [
+                torch.linspace(0, f * (f - 1) / f, f, dtype=torch.float32),
+                torch.linspace(top, bottom * (h - 1) / h, h, dtype=torch.float32),
+                torch.linspace(left, right * (w - 1) / w, w, dtype=torch.float32),
+            ]
             return original.grid_tables(pos, self._axes, 10000.0)
-        steps = [1.0] + [(b * (n - 1) / n - a) / (n - 1) if n > 1 else 1.0
-                         for a, b, n in ((top, bottom, h), (left, right, w))]  # fmt: skip
-        cos, sin = rope_grid((f, h, w), self.dim, preset="cogvideox", start=(0, top, left),
-                             step=steps, dtype=torch.float32)  # fmt: skip
+        steps = [1.0] + [
+            (b * (n - 1) / n - a) / (n - 1) if n > 1 else 1.0
+            for a, b, n in ((top, bottom, h), (left, right, w))
+        ]
+        cos, sin = rope_grid(
+            (f, h, w),
+            self.dim,
+            preset="cogvideox",
+            start=(0, top, left),
+            step=steps,
+            dtype=torch.float32,
+        )
         return cos, sin
 
     def extra_repr(self) -> str:
@@ -215,16 +273,25 @@ class QwenVariantRope(QwenImageRope):
     ``NucleusMoEEmbedRope`` (``"nucleus"``: the text after the last image only):
     Qwen-Image's complex64 tables (:class:`QwenImageRope`) at their positions."""
 
-    def __init__(self, theta: float, axes_dim: tuple[int, ...], scale_rope: bool,
-                 variant: str, compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        theta: float,
+        axes_dim: tuple[int, ...],
+        scale_rope: bool,
+        variant: str,
+        compat: str | None = None,
+    ) -> None:
         super().__init__(theta, axes_dim, scale_rope, compat)
         self.variant = variant
 
     def forward(self, video_fhw: Any, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         """``(video, text)`` tables, called as the original is: ``(video_fhw, max_txt_seq_len,
         device)`` (layered) or ``(video_fhw, device, max_txt_seq_len)`` (nucleus)."""
-        names = (("max_txt_seq_len", "device") if self.variant == "layered"
-                 else ("device", "max_txt_seq_len"))  # fmt: skip
+        names = (
+            ("max_txt_seq_len", "device")
+            if self.variant == "layered"
+            else ("device", "max_txt_seq_len")
+        )
         given = {**dict(zip(names, args, strict=False)), **kwargs}
         n_text, device = given.get("max_txt_seq_len"), given.get("device")
         if n_text is None:
@@ -232,8 +299,10 @@ class QwenVariantRope(QwenImageRope):
         device = torch.device("cpu") if device is None else device
         shapes = self.shapes(video_fhw)
         last = len(shapes) - 1
-        images = [self._image(shape, -1 if self.variant == "layered" and idx == last else idx,
-                              device) for idx, shape in enumerate(shapes)]  # fmt: skip
+        images = [
+            self._image(shape, -1 if self.variant == "layered" and idx == last else idx, device)
+            for idx, shape in enumerate(shapes)
+        ]
         sides = [side for _, side in images]
         largest = sides[-1] if self.variant == "nucleus" else max(*sides, last)
         return torch.cat([t for t, _ in images], dim=0), self._text(largest, int(n_text), device)
@@ -248,8 +317,7 @@ class Qwen21Rope(nn.Module):
     advance one position on all three axes; each image block sits at the position reached
     (frame axis), rows and columns centred, and moves the position on by ``max(H, W)``."""
 
-    def __init__(self, theta: float, axes_dim: tuple[int, ...], compat: str | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, theta: float, axes_dim: tuple[int, ...], compat: str | None = None) -> None:
         super().__init__()
         self.theta, self.axes_dim, self.compat = theta, tuple(axes_dim), compat
         rope_grid((1, 1, 1), sum(axes_dim), axes_dim=axes_dim, base=theta)  # refused if not
@@ -258,8 +326,10 @@ class Qwen21Rope(nn.Module):
         """Each token's ``(t, h, w)`` position ``[N, 3]`` (int64); each image's ``(F, H, W)``
         checked first, as :func:`posenc.rope_grid` checks a grid."""
         axes = f"(one per block of axes_dim {self.axes_dim})"
-        grids = [grid_shape(fhw, len(self.axes_dim), name=f"img_shapes[{i}]", axes=axes)
-                 for i, fhw in enumerate(img_shapes)]  # fmt: skip
+        grids = [
+            grid_shape(fhw, len(self.axes_dim), name=f"img_shapes[{i}]", axes=axes)
+            for i, fhw in enumerate(img_shapes)
+        ]
         mask = image_pad_mask.reshape(-1).tolist()
         out = torch.zeros(len(mask), 3, dtype=torch.long)
         cursor = position = 0
@@ -277,14 +347,21 @@ class Qwen21Rope(nn.Module):
         out[cursor:] = torch.arange(position, position + len(mask) - cursor)[:, None]
         return out
 
-    def forward(self, img_shapes: Sequence[Sequence[int]], image_pad_mask: Tensor, device: Any
-                ) -> Tensor:  # fmt: skip
+    def forward(
+        self, img_shapes: Sequence[Sequence[int]], image_pad_mask: Tensor, device: Any
+    ) -> Tensor:
         """The complex64 table of every token of the joint sequence."""
         ids = self.ids(img_shapes, image_pad_mask).to(device)
         if self.compat is not None:
             return original.qwen_ids_table(ids, self.axes_dim, self.theta)
-        cos, sin = rope(ids, sum(self.axes_dim), base=self.theta, axes_dim=self.axes_dim,
-                        layout="compact", dtype=torch.float32)  # fmt: skip
+        cos, sin = rope(
+            ids,
+            sum(self.axes_dim),
+            base=self.theta,
+            axes_dim=self.axes_dim,
+            layout="compact",
+            dtype=torch.float32,
+        )
         return torch.complex(cos, sin)
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
@@ -308,28 +385,34 @@ class HeliosRope(nn.Module):
     freqs_base_y: Tensor
     freqs_base_x: Tensor
 
-    def __init__(self, axes_dim: tuple[int, ...], theta: float, compat: str | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, axes_dim: tuple[int, ...], theta: float, compat: str | None = None) -> None:
         super().__init__()
         self.axes_dim, self.theta, self.compat = tuple(axes_dim), theta, compat
         rope_grid((1, 1, 1), sum(axes_dim), axes_dim=axes_dim, base=theta)  # refused if not
         if compat is not None:
             for axis, d in zip("tyx", self.axes_dim, strict=True):
-                self.register_buffer(f"freqs_base_{axis}", original.ladder(d, theta),
-                                     persistent=False)  # fmt: skip
+                self.register_buffer(
+                    f"freqs_base_{axis}", original.ladder(d, theta), persistent=False
+                )
 
     def forward(self, frame_indices: Tensor, height: int, width: int, device: Any) -> Tensor:
         """The tables of each batch item's frames on a ``height x width`` patch grid."""
         out = []
         for frames in frame_indices.to(device=device, dtype=torch.float32):
             if self.compat is not None:
-                pos = [frames, torch.arange(height, device=device, dtype=torch.float32),
-                       torch.arange(width, device=device, dtype=torch.float32)]  # fmt: skip
+                pos = [
+                    frames,
+                    torch.arange(height, device=device, dtype=torch.float32),
+                    torch.arange(width, device=device, dtype=torch.float32),
+                ]
                 ladders = (self.freqs_base_t, self.freqs_base_y, self.freqs_base_x)
                 cos, sin = original.grid_tables(pos, self.axes_dim, self.theta, ladders=ladders)
             else:
-                pos = [frames.double(), torch.arange(height, device=device, dtype=torch.float64),
-                       torch.arange(width, device=device, dtype=torch.float64)]  # fmt: skip
+                pos = [
+                    frames.double(),
+                    torch.arange(height, device=device, dtype=torch.float64),
+                    torch.arange(width, device=device, dtype=torch.float64),
+                ]
                 cos, sin = _axis_tables(pos, self.axes_dim, self.theta)
             both = torch.cat([cos, sin], dim=-1).reshape(len(frames), height, width, -1)
             out.append(both.permute(3, 0, 1, 2))
@@ -351,8 +434,9 @@ class MiniMaxRope(nn.Module):
 
     inv_freq: Tensor
 
-    def __init__(self, n: int, theta: float, compat: str | None = None,
-                 dtype: torch.dtype = torch.float32) -> None:  # fmt: skip
+    def __init__(
+        self, n: int, theta: float, compat: str | None = None, dtype: torch.dtype = torch.float32
+    ) -> None:
         super().__init__()
         self.n, self.theta, self.compat = n, theta, compat
         rope_grid((1, 1, 1), 6 * n, preset="minimax-h3", base=theta)  # refused now if not
@@ -363,8 +447,7 @@ class MiniMaxRope(nn.Module):
         if self.compat is not None:
             return original.minimax_tables(position_ids, self.n, self.theta, self.inv_freq.dtype)
         ids = position_ids.to(torch.float32).double()  # the positions diffusers reads
-        cos, sin = rope(ids, 6 * self.n, preset="minimax-h3", base=self.theta,
-                        dtype=torch.float32)  # fmt: skip
+        cos, sin = rope(ids, 6 * self.n, preset="minimax-h3", base=self.theta, dtype=torch.float32)
         return cos, sin
 
     def extra_repr(self) -> str:
@@ -384,14 +467,21 @@ class MiniMaxVideoRope(MiniMaxRope):
     def forward(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         """The tables of the coordinates ``position_ids``."""
         if self.compat is not None:
-            return original.minimax_video_tables(position_ids, self.n, self.theta,
-                                                 self.inv_freq.dtype)  # fmt: skip
+            return original.minimax_video_tables(
+                position_ids, self.n, self.theta, self.inv_freq.dtype
+            )
         b, s, k = position_ids.shape
         ids = position_ids.to(torch.float32).double().reshape(b * s, k)
         side = 2 * self.n
-        cos, sin = rope(ids, k * side, base=self.theta, axes_dim=(side,) * k,
-                        axes_scale=(2 * math.pi,) * k, layout="halves",
-                        dtype=torch.float32)  # fmt: skip
+        cos, sin = rope(
+            ids,
+            k * side,
+            base=self.theta,
+            axes_dim=(side,) * k,
+            axes_scale=(2 * math.pi,) * k,
+            layout="halves",
+            dtype=torch.float32,
+        )
         return cos.reshape(b, s, 1, -1), sin.reshape(b, s, 1, -1)
 
     def extra_repr(self) -> str:

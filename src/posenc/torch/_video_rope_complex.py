@@ -26,8 +26,15 @@ class SanaWMRope(nn.Module):
     ``forward(fhw, device)`` -> complex ``[1, 1, F * H * W, D / 2]``, Wan's blocks (``wan``
     preset, ``layout="compact"``) at the rows ``0 … n - 1`` of each axis."""
 
-    def __init__(self, dim: int, axes_dim: tuple[int, ...], theta: float, *,
-                 wide: bool = False, compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        axes_dim: tuple[int, ...],
+        theta: float,
+        *,
+        wide: bool = False,
+        compat: str | None = None,
+    ) -> None:
         super().__init__()
         self.dim, self.axes_dim, self.theta, self.wide = dim, tuple(axes_dim), theta, wide
         self.compat = compat
@@ -36,8 +43,9 @@ class SanaWMRope(nn.Module):
     def grid(self, fhw: Any) -> tuple[int, ...]:
         """``fhw`` checked as :func:`posenc.rope_grid` checks a grid: one integer >= 0 per
         block of ``axes_dim``."""
-        return grid_shape(fhw, len(self.axes_dim), name="fhw",
-                          axes=f"(one per block of axes_dim {self.axes_dim})")  # fmt: skip
+        return grid_shape(
+            fhw, len(self.axes_dim), name="fhw", axes=f"(one per block of axes_dim {self.axes_dim})"
+        )
 
     def table(self, fhw: Sequence[int], device: Any) -> Tensor:
         """The complex table ``[F * H * W, D / 2]`` of the patched grid ``fhw``."""
@@ -47,9 +55,16 @@ class SanaWMRope(nn.Module):
         if self.compat is not None:
             pos = [torch.arange(n, device=device) for n in dims]
             return original.complex_grid(pos, self.axes_dim, self.theta, wide=wide)
-        cos, sin = rope_grid(dims, self.dim, preset="wan", axes_dim=self.axes_dim,
-                             base=self.theta, layout="compact", dtype=wide,
-                             device=device)  # fmt: skip
+        cos, sin = rope_grid(
+            dims,
+            self.dim,
+            preset="wan",
+            axes_dim=self.axes_dim,
+            base=self.theta,
+            layout="compact",
+            dtype=wide,
+            device=device,
+        )
         return torch.complex(cos, sin)
 
     def forward(self, fhw: Sequence[int], device: Any = None) -> Tensor:
@@ -81,9 +96,16 @@ class AnyFlowCausalRope(SanaWMRope):
     to modulus 1: exactly the rotation at their centre ``j k + (k - 1) / 2`` (while ``k w / 2 <
     pi`` for every frequency ``w <= 1``: ``k <= 6``), which is what the exact tables hold."""
 
-    def __init__(self, dim: int, axes_dim: tuple[int, ...], theta: float,
-                 pool: tuple[int, int, int], rows: int, *,
-                 compat: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        axes_dim: tuple[int, ...],
+        theta: float,
+        pool: tuple[int, int, int],
+        rows: int,
+        *,
+        compat: str | None = None,
+    ) -> None:
         super().__init__(dim, axes_dim, theta, wide=True, compat=compat)
         if not all(1 <= k <= 6 for k in pool):
             raise PosencError(
@@ -101,16 +123,25 @@ class AnyFlowCausalRope(SanaWMRope):
             parts = []
             for a, (d, k, n) in enumerate(zip(self.axes_dim, self.pool, fhw, strict=True)):
                 pos = [torch.arange(self.rows, device=device)]
-                rows = original.pooled_rows(original.complex_grid(pos, (d,), self.theta,
-                                                                  wide=wide), k)[:n]  # fmt: skip
+                rows = original.pooled_rows(
+                    original.complex_grid(pos, (d,), self.theta, wide=wide), k
+                )[:n]
                 shape = [1, 1, 1, d // 2]
                 shape[a] = n
                 parts.append(rows.reshape(shape).expand(*fhw, -1))
             return torch.cat(parts, dim=-1).flatten(0, -2)  # [n, width] (an empty grid too)
-        cos, sin = rope_grid(tuple(fhw), self.dim, preset="wan", axes_dim=self.axes_dim,
-                             base=self.theta, layout="compact", dtype=wide, device=device,
-                             start=[(k - 1) / 2 for k in self.pool],
-                             step=[float(k) for k in self.pool])  # fmt: skip
+        cos, sin = rope_grid(
+            tuple(fhw),
+            self.dim,
+            preset="wan",
+            axes_dim=self.axes_dim,
+            base=self.theta,
+            layout="compact",
+            dtype=wide,
+            device=device,
+            start=[(k - 1) / 2 for k in self.pool],
+            step=[float(k) for k in self.pool],
+        )
         return torch.complex(cos, sin)
 
     def forward(  # type: ignore[override]

@@ -78,8 +78,16 @@ class AxialRotaryEmbedding(_Tracked):
         device: Any = None,
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
-        r = rotary(dim, preset=preset, base=base, layout=layout, axes_dim=axes_dim,
-                   axes_scale=axes_scale, axes_base=axes_base, blocks=blocks)  # fmt: skip
+        r = rotary(
+            dim,
+            preset=preset,
+            base=base,
+            layout=layout,
+            axes_dim=axes_dim,
+            axes_scale=axes_scale,
+            axes_base=axes_base,
+            blocks=blocks,
+        )
         if r.spacing == "ltx" or r.interleave_axes:
             raise PosencError(
                 "`AxialRotaryEmbedding` keeps rows per block of channels; this family's axes "
@@ -103,22 +111,21 @@ class AxialRotaryEmbedding(_Tracked):
         scales = r.axes_scale or (1.0,) * k
         bases = r.axes_base or (r.base,) * k
         self._plans = [  # each block alone: one column per frequency, [cos | sin]
-            dataclasses.replace(r, dim=d, axes_dim=(d,), axes_scale=(s,), axes_base=(b,),
-                                layout="compact", blocks=1)
-            .plan(None, f"AxialRotaryEmbedding({r.dim}, axes_dim={r.axes_dim})")
+            dataclasses.replace(
+                r, dim=d, axes_dim=(d,), axes_scale=(s,), axes_base=(b,), layout="compact", blocks=1
+            ).plan(None, f"AxialRotaryEmbedding({r.dim}, axes_dim={r.axes_dim})")
             for d, s, b in zip(r.axes_dim, scales, bases, strict=True)
-        ]  # fmt: skip
-        self._kept = [
-            KeptRows(self.cached_length, self._block_rows(a)) for a in range(k)
-        ]  # fmt: skip
+        ]
+        self._kept = [KeptRows(self.cached_length, self._block_rows(a)) for a in range(k)]
         self._moved()
 
     def _block_rows(self, a: int) -> Any:
         def compute(first: int, length: Any, work: torch.dtype, device: Any) -> Tensor:
             g = self.block_axes[a]
             start, step = self.start[g] + first * self.step[g], self.step[g]
-            out: Tensor = evaluate.span(self._plans[a], start, length, dtype=work,
-                                        device=device, on_device=True, step=step)  # fmt: skip
+            out: Tensor = evaluate.span(
+                self._plans[a], start, length, dtype=work, device=device, on_device=True, step=step
+            )
             return out
 
         return compute
@@ -139,15 +146,27 @@ class AxialRotaryEmbedding(_Tracked):
         axis of 0 gives tables of no rows)."""
         dtype = self._dtype if dtype is None else dtype
         r = self.rotary
-        dims = grid_shape(shape, len(self.block_axes), axes=grid_axes_rule(r),
-                          symbolic=torch.SymInt)  # fmt: skip
+        dims = grid_shape(
+            shape, len(self.block_axes), axes=grid_axes_rule(r), symbolic=torch.SymInt
+        )
         if self._recipe is not None:  # positions set by the grid's size: no rows to keep
             start, step = self._given
-            return rope_grid(dims, r.dim, preset=self.preset, base=r.base,
-                             layout=r.layout, blocks=r.blocks, axes_dim=r.axes_dim,
-                             axes_scale=r.axes_scale, axes_base=r.axes_base,
-                             block_axes=self.block_axes, start=start, step=step, dtype=dtype,
-                             device=self._device)  # fmt: skip
+            return rope_grid(
+                dims,
+                r.dim,
+                preset=self.preset,
+                base=r.base,
+                layout=r.layout,
+                blocks=r.blocks,
+                axes_dim=r.axes_dim,
+                axes_scale=r.axes_scale,
+                axes_base=r.axes_base,
+                block_axes=self.block_axes,
+                start=start,
+                step=step,
+                dtype=dtype,
+                device=self._device,
+            )
         nf, k = r.dim // 2, len(dims)
         out = [torch.empty(*dims, r.width, dtype=dtype, device=self._device) for _ in (0, 1)]
         first = 0
@@ -168,8 +187,10 @@ class AxialRotaryEmbedding(_Tracked):
     def extra_repr(self) -> str:
         r = self.rotary
         halves = f", blocks={r.blocks}" if r.layout == "block-halves" else ""
-        return (f"{r.dim}, axes_dim={r.axes_dim}, base={r.base:g}, layout={r.layout!r}"
-                f"{halves}, block_axes={self.block_axes}")  # fmt: skip
+        return (
+            f"{r.dim}, axes_dim={r.axes_dim}, base={r.base:g}, layout={r.layout!r}"
+            f"{halves}, block_axes={self.block_axes}"
+        )
 
 
 def _place(

@@ -68,9 +68,13 @@ class Timesteps(_Module):
         """The embedding of ``timesteps`` (``[*]``, integer or real): ``[*, dim]``."""
         if self.compat is not None:
             original: Tensor = sinusoidal.encode(
-                timesteps, self.dim, preset="timestep", dtype=self._dtype, compat=self.compat,
+                timesteps,
+                self.dim,
+                preset="timestep",
+                dtype=self._dtype,
+                compat=self.compat,
                 **self.options,
-            )  # fmt: skip
+            )
             return original
         pos = as_positions(timesteps, "timesteps", on_device=True)
         out: Tensor = evaluate.points(

@@ -38,6 +38,10 @@ RECOGNISERS: tuple[Recogniser, ...] = (  # the first answer wins
 )
 COLUMNS = ("path", "original", "replacement", "mode", "max diff")
 ORIGINAL = "original"  # unpatch's mode: the original is back
+ON_META = (
+    "its tables are on the meta device, and posenc reads their values to know it: load the "
+    "model first"
+)
 NOT_MEASURED = (
     "not measured: the model is on the meta device (no values); a checkpoint loaded into it "
     "is checked as it loads"
@@ -95,8 +99,10 @@ class PatchReport(list[Replacement]):
             return f"posenc.torch.{self.action}: no {found}"
         rows = [COLUMNS, *(_cells(r, self.action) for r in self)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-        lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                 for row in rows]  # fmt: skip
+        lines = [
+            " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        ]
         lines.insert(1, "-+-".join("-" * w for w in widths))
         head = "dry run: nothing changed" if self.dry_run else ""
         notes = [f"{r.path}: {r.note}" for r in self if r.note]
@@ -211,8 +217,9 @@ def unpatch(model: nn.Module) -> PatchReport:
         name = type(record.original).__name__
         why = take_back(model, module)
         mode = None if why else ORIGINAL
-        report.append(Replacement(path, name, record.description, mode, None,
-                                  why or f"was {record.mode}"))  # fmt: skip
+        report.append(
+            Replacement(path, name, record.description, mode, None, why or f"was {record.mode}")
+        )
     return report
 
 
@@ -223,10 +230,24 @@ def _check_model(model: Any) -> None:
 
 def _recognise(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     for recognise in RECOGNISERS:
-        found = recognise(path, module, root)
+        try:
+            found = recognise(path, module, root)
+        except NotImplementedError:  # torch's answer to reading a meta tensor's values
+            return Found(type(module).__name__, note=ON_META)
         if found is not None:
             return found
     return None
+
+
+def _measure(found: Found, new: nn.Module) -> tuple[float, bool] | None:
+    """``compare`` of the original's numbers and ``new``'s; None where they have no values (a
+    model on the meta device whose module keeps its tables outside its buffers)."""
+    assert found.numbers is not None
+    assert found.probe is not None
+    try:
+        return compare(found.numbers(), found.probe(new))
+    except NotImplementedError:  # torch's answer to reading a meta tensor's values
+        return None
 
 
 def _switch(
@@ -264,7 +285,7 @@ def _apply(
     if isinstance(exact, str):
         return Replacement(where, found.original, "", None, None, exact)
     on_meta = any(t.is_meta for t in (*module.parameters(), *module.buffers()))
-    measure = None if on_meta else compare(found.numbers(), found.probe(exact))
+    measure = None if on_meta else _measure(found, exact)
     diff, note = (None, NOT_MEASURED) if measure is None else (measure[0], found.note)
     if diff is not None and not math.isfinite(diff):
         return Replacement(where, found.original, "", None, diff, "non-finite numbers")
@@ -274,8 +295,8 @@ def _apply(
         if isinstance(new, str):
             return Replacement(where, found.original, "", None, diff, f"{new}: left alone")
         if measure is not None:
-            _, same = compare(found.numbers(), found.probe(new))
-            if not same:
+            again = _measure(found, new)
+            if again is None or not again[1]:
                 why = f"compat={compat!r} does not repeat its numbers bit for bit here: left alone"
                 return Replacement(where, found.original, "", None, diff, why)
             new = found.build(compat)  # fresh: the probe ran the one checked

@@ -258,10 +258,15 @@ class RotaryEmbedding(_Tracked):
     def _check(self, name: str, x: Tensor, *, packed: bool) -> None:
         want = 3 if packed else 4
         if not isinstance(x, Tensor) or x.ndim != want or not x.is_floating_point():
-            order = "[tokens, heads, head_dim] (with cu_seqlens)" if packed else (
-                "[batch, heads, seq, head_dim]" if self.heads_first
-                else "[batch, seq, heads, head_dim]"
-            )  # fmt: skip
+            order = (
+                "[tokens, heads, head_dim] (with cu_seqlens)"
+                if packed
+                else (
+                    "[batch, heads, seq, head_dim]"
+                    if self.heads_first
+                    else "[batch, seq, heads, head_dim]"
+                )
+            )
             raise PosencError(
                 f"`{name}` must be a floating tensor {order}, got "
                 f"{getattr(x, 'dtype', type(x).__name__)} of shape "

@@ -21,6 +21,24 @@ from posenc.evaluate.libs.base import Backend, doubling, dtype_name
 from posenc.evaluate.libs.numpy import host_memory, host_positions
 from posenc.evaluate.positions import Positions, checked_positions
 
+
+def _start_threads() -> None:
+    """Start torch's intra-op worker threads with one parallel op, once, before posenc's first.
+
+    With torch 2.13.0+cpu on an AVX-512 CPU, 2 threads, the first parallel ``torch.sin`` of a
+    fresh process is sometimes wrong when the machine is busy: 1 of 80 fresh processes beside
+    three busy ones (``python -m benchmarks.torch_sin_first_call 80 --jobs 2 --load 3``; a
+    float64 sine off by 6.8e-9), and an audit's float32 error read 1.5e-4 instead of 4.9e-7;
+    never on an idle machine (0 of 120 on an AVX2 one). A torch bug, but it would make a first
+    table (and a compat replay's "bit for bit") wrong: one throwaway op on zeros keeps posenc's
+    own calls, and those of the originals it is compared with once posenc is imported, out of
+    it."""
+    if torch.get_num_threads() > 1:
+        torch.sin(torch.zeros(1 << 17))
+
+
+_start_threads()
+
 # ---------------------------------------------------------------------------------------------
 # the library: tracing, devices, dtypes, positions
 

@@ -52,8 +52,10 @@ def _cosmos(dim: int, base: float) -> dict[str, Any]:
 
 def _cosmos_bases(axes: tuple[int, ...], base: float) -> dict[str, Any]:
     if len(axes) != 3 or min(axes) <= 2:
-        raise PosencError(f"`axes_dim` of cosmos must be three blocks wider than 2 (its bases "
-                          f"base * s ** (d_a / (d_a - 2))), got {axes}")  # fmt: skip
+        raise PosencError(
+            f"`axes_dim` of cosmos must be three blocks wider than 2 (its bases "
+            f"base * s ** (d_a / (d_a - 2))), got {axes}"
+        )
     return {"axes_base": cosmos_bases(axes, base, COSMOS_SCALE)}
 
 

@@ -1,0 +1,155 @@
+"""posenc.torch.patch covers a transformers model type it does not list when its rotary module
+follows transformers' standard machinery (``inv_freq`` from ``config.rope_parameters``,
+``attention_scaling``, ``[freqs | freqs]`` tables): it replaces the module only after a replay
+repeated the module's own tables bit for bit. Falcon, ERNIE 4.5, GLM-4, Helium and EXAONE 4 were
+"not covered yet". compat="original" leaves every output identical, the exact tables are the
+float64 formula rounded once (written here), the original checkpoint loads with strict=True,
+and a module whose tables are not the standard ones is left alone, saying so."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+from posenc.torch import patch  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_transformers")
+
+LENGTH = 2048
+TYPES = ("falcon", "ernie4_5", "glm4", "helium", "exaone4")
+
+
+def _config(model_type, **extra):
+    config = T.AutoConfig.for_model(
+        model_type,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        hidden_size=64,
+        intermediate_size=128,
+        vocab_size=128,
+        max_position_embeddings=LENGTH,
+        pad_token_id=0,
+        **extra,
+    )
+    if hasattr(config, "num_key_value_heads"):
+        config.num_key_value_heads = 2
+    if getattr(config, "head_dim", 16) != 16:  # a field of its own (Helium: 128)
+        config.head_dim = 16
+    return config
+
+
+def _model(model_type):
+    torch.manual_seed(0)
+    return T.AutoModel.from_config(_config(model_type)).eval()
+
+
+def _out(model, ids):
+    with torch.no_grad():
+        return model(ids).last_hidden_state
+
+
+def _cos64(config, positions):
+    """cos of transformers' default rule from the formula, in float64: ``[freqs | freqs]``."""
+    params = config.rope_parameters
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dim = int(head * params.get("partial_rotary_factor", 1.0))
+    inv = params["rope_theta"] ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv[None]
+    return np.cos(np.concatenate([angles, angles], axis=1))
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_the_standard_machinery_is_covered(model_type):
+    model = _model(model_type)
+    original = copy.deepcopy(model)
+    ids = torch.randint(0, 128, (1, 40), generator=torch.Generator().manual_seed(1))
+    before = _out(model, ids)
+
+    compat = patch(model, compat="original")
+    assert [r.path for r in compat.replaced] == ["rotary_emb"], str(compat)
+    assert "standard rotary" in compat.replaced[0].replacement
+    assert torch.equal(_out(model, ids), before)
+
+    report = patch(model)  # switches to exact
+    assert [r.path for r in report.replaced] == ["rotary_emb"]
+    positions = torch.arange(LENGTH - 512, LENGTH)[None]
+    x = torch.zeros(1)
+    want = _cos64(model.config, positions[0].numpy())
+    theirs = original.rotary_emb(x, positions)[0][0].double().numpy()
+    ours = model.rotary_emb(x, positions)[0][0].double().numpy()
+    assert np.abs(ours - want).max() <= np.abs(theirs - want).max()
+    assert np.abs(ours - want).max() < 2**-24  # float32 rounding of values within [-1, 1]
+    assert torch.allclose(_out(model, ids), before, atol=1e-4)
+    model.load_state_dict(original.state_dict(), strict=True)
+    assert not patch(model).replaced  # twice: a no-op
+
+
+class _Shifted(torch.nn.Module):
+    """A module that looks like transformers' standard one but computes other tables."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+        self.register_buffer("inv_freq", inner.inv_freq * 1.0001, persistent=False)
+        self.attention_scaling = inner.attention_scaling
+
+    def forward(self, x, position_ids):
+        angles = position_ids[..., None].float() * self.inv_freq
+        emb = torch.cat([angles, angles], dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+_Shifted.__module__ = "transformers.models.falcon.modeling_falcon"
+_Shifted.__name__ = _Shifted.__qualname__ = "FalconRotaryEmbedding"
+
+
+def test_other_tables_are_left_alone_saying_so():
+    model = _model("falcon")
+    model.rotary_emb = _Shifted(model.rotary_emb)
+    report = patch(model, dry_run=True)
+    row = next(r for r in report if r.path == "rotary_emb")
+    assert row.mode is None
+    assert "not covered yet" in row.note
+    assert "not those of transformers' standard rotary arithmetic" in row.note
+
+
+def test_on_the_meta_device_a_fresh_module_is_checked():
+    """Built before its weights (accelerate, ``device_map``): the module's tables come from its
+    config, so a fresh one built on the CPU is checked, and the stand-in goes in."""
+    with torch.device("meta"):
+        model = T.AutoModel.from_config(_config("falcon"))
+    row = next(r for r in patch(model) if r.path == "rotary_emb")
+    assert row.mode == "exact"
+    assert "standard rotary" in row.replacement
+    model.to_empty(device="cpu")
+    want = _cos64(model.config, np.arange(LENGTH - 64, LENGTH))
+    cos = model.rotary_emb(torch.zeros(1), torch.arange(LENGTH - 64, LENGTH)[None])[0][0]
+    assert np.abs(cos.double().numpy() - want).max() < 2**-24
+
+
+def test_a_multimodal_module_is_not_the_standard_one():
+    """Qwen3-VL's text module takes three axes of positions; with a head too narrow for its
+    default sections, from_hf refuses it, and so does every multimodal form of the standard
+    machinery: left alone, saying why (the plain form gave its tables on one axis of positions
+    and was put in; the model's forward, on three, then failed)."""
+    config = T.AutoConfig.for_model(
+        "qwen3_vl_text",
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
+    model = T.AutoModel.from_config(config).eval()
+    (row,) = patch(model, dry_run=True)
+    assert row.mode is None
+    assert row.note == (
+        "not covered yet: `sections` must add up to dim / 2 = 8 (one entry per frequency), "
+        "got (24, 20, 20) (sum 64)"
+    )
