@@ -212,3 +212,35 @@ def test_the_meta_device_never_makes_patch_raise(name):
     assert row.replaced == replaced, row
     assert row.max_diff is None
     assert ("not measured" if replaced else "load the model first") in row.note
+
+
+# ---------------------------------------------------------------------------------------------
+# the Qwen audio towers' copy of Whisper's sinusoids (a buffer read by ``forward(seqlen)``)
+
+
+@pytest.mark.parametrize("family", ["qwen3_asr", "qwen2_5_omni", "qwen3_omni_moe"])
+def test_the_audio_towers_sinusoids_are_replaced(family):
+    """Left alone as "not covered" before; now Whisper's preset, compat bit for bit, exact
+    within float32 rounding of the float64 table (tests/reference.whisper)."""
+    import importlib
+
+    original_cls = importlib.import_module(
+        f"transformers.models.{family}.modeling_{family}"
+    ).SinusoidsPositionEmbedding
+    holder = torch.nn.Module()
+    holder.pe = original_cls(1500, 64)
+    original = holder.pe
+    want = reference.whisper(1500, 64)
+
+    compat = patch(holder, compat="original")
+    assert [r.path for r in compat.replaced] == ["pe"], str(compat)
+    assert torch.equal(holder.pe(750), original(750))
+    assert torch.equal(holder.pe.positional_embedding, original.positional_embedding)
+
+    assert [r.path for r in patch(holder).replaced] == ["pe"]  # switched to exact
+    ours = holder.pe(1500).double().numpy()
+    theirs = original(1500).double().numpy()
+    assert np.abs(ours - want).max() <= np.abs(theirs - want).max()
+    assert np.abs(ours - want).max() <= 2**-24
+    assert holder.pe(10).shape == (10, 64)
+    assert not holder.state_dict()  # the original's buffer was not persistent either

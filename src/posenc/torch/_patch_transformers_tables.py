@@ -1,10 +1,10 @@
 """The fixed tables transformers models keep, for :func:`posenc.torch.patch`: Whisper's encoder
-table, Marian's and fairseq's (M2M100, Speech2Text) sinusoidal embeddings and ViT-MAE's fixed
-2D table, their recognisers and stand-ins. A stand-in takes the original's call and attributes
-(``weight``, ``num_embeddings``, ``weights``) and holds no tensor (:mod:`posenc.torch._placing`
-writes the original's keys from it on save); the original's checkpoint key routes to posenc's
-checkpoint check. A table is replaced only when it holds the sinusoid (the checkpoint check's
-rule) and is not trainable."""
+table (and the Qwen audio towers' copy), Marian's and fairseq's (M2M100, Speech2Text)
+sinusoidal embeddings and ViT-MAE's fixed 2D table, their recognisers and stand-ins. A
+stand-in takes the original's call and attributes (``weight``, ``num_embeddings``,
+``weights``) and holds no tensor (:mod:`posenc.torch._placing` writes the original's keys from
+it on save); the original's checkpoint key routes to posenc's checkpoint check. A table is
+replaced only when it holds the sinusoid (the checkpoint check's rule) and is not trainable."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from posenc.torch._patching import (
     holds,
     learned,
     left_alone,
+    unlike,
 )
 from posenc.torch.sequence import SinusoidalEmbedding
 from posenc.torch.vision import GridEncoding
@@ -49,6 +50,9 @@ class PositionTable(SinusoidalEmbedding):
     module's dtype and device (it follows ``.to()``), nothing is saved, and a checkpoint's
     ``weight`` is checked as posenc's modules check their tables. ``compat="original"``: the
     original's float32 arithmetic (then the module's dtype), for identical outputs."""
+
+    TABLE = "weight"
+    """The attribute that holds the original's whole table."""
 
     def __init__(
         self,
@@ -130,6 +134,8 @@ class FairseqPositions(PositionTable):
     ``input_ids, inputs_embeds, past_key_values_length``): fairseq's positions, counted past
     ``padding_idx`` over non-pad tokens, pads on the zero row; ``weights`` is the table."""
 
+    TABLE = "weights"
+
     @property
     def weights(self) -> Tensor:
         """The table, as the original's ``weights`` buffer."""
@@ -155,6 +161,23 @@ class FairseqPositions(PositionTable):
         pad = self.enc.padding_idx
         assert pad is not None
         return pad
+
+
+class AudioPositions(PositionTable):
+    """The stand-in for the Qwen audio towers' ``SinusoidsPositionEmbedding`` (Whisper's
+    sinusoids in a buffer): ``forward(seqlen)`` gives rows ``0 … seqlen - 1``;
+    ``positional_embedding`` is the table."""
+
+    TABLE = "positional_embedding"
+
+    @property
+    def positional_embedding(self) -> Tensor:
+        """The table, as the original's buffer."""
+        return self.cache
+
+    def forward(self, seqlen: Any) -> Tensor:  # type: ignore[override]
+        """``[seqlen, d]``: the first ``seqlen`` rows."""
+        return self._rows(torch.arange(seqlen, device=self._device), self._dtype)
 
 
 class TokenPositions(FairseqPositions):
@@ -212,6 +235,12 @@ def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         if not (from_library(parent, "transformers") and type(parent).__name__.endswith("Encoder")):
             return None
         return _one_d(name, module.weight, PositionTable, "whisper")
+    if name == "SinusoidsPositionEmbedding" and from_library(module, "transformers"):
+        table = getattr(module, AudioPositions.TABLE, None)
+        takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
+        if not (isinstance(table, Tensor) and table.ndim == 2 and takes == ("seqlen",)):
+            return unlike(name, "transformers")
+        return _one_d(name, table, AudioPositions, "whisper")
     if not (
         from_library(module, "transformers") and name.endswith("SinusoidalPositionalEmbedding")
     ):
@@ -244,8 +273,7 @@ def _one_d(
         )
 
     what = " ".join([f"{preset} sinusoid", *(f"{k}={v}" for k, v in options.items())])
-    attr = "weights" if issubclass(cls, FairseqPositions) else "weight"
-    return _table(name, saved, make, what, lambda m: getattr(m, attr))
+    return _table(name, saved, make, what, lambda m: getattr(m, cls.TABLE))
 
 
 # ---------------------------------------------------------------------------------------------
