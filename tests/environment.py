@@ -36,19 +36,17 @@ def torchvision_importable() -> None:
 
 
 def torch_threads_started() -> None:
-    """Start torch's intra-op worker threads with one parallel op.
+    """Start torch's intra-op worker threads with one parallel op, before transformers or timm
+    compute a table.
 
     With torch 2.13.0+cpu on an AVX-512 CPU, the first parallel ``torch.sin`` of a fresh process
-    is sometimes wrong when the machine is busy (benchmarks/torch_sin_first_call.py: 1 of 80
+    is sometimes wrong when the machine is busy (benchmarks/torch_sin_first_call.py: 1 of 160
     processes beside three busy ones). A test comparing an original's table with a reference
-    would fail on whichever ran first, before posenc (which starts them too,
-    ``posenc.evaluate.libs.torch``) is imported: started here, once."""
+    would fail on whichever ran first. posenc's torch backend starts the threads as it is
+    imported (``posenc.evaluate.libs.torch._start_threads``): imported here, first."""
     if importlib.util.find_spec("torch") is None:
         return
-    import torch
-
-    if torch.get_num_threads() > 1:
-        torch.sin(torch.zeros(1 << 17))
+    import posenc.evaluate.libs.torch  # noqa: F401  (its import starts the threads)
 
 
 def prepare() -> None:

@@ -40,6 +40,7 @@ from posenc.torch._patching import (
     holds,
     learned,
     left_alone,
+    unreproduced,
 )
 from posenc.torch.diffusion import Timesteps
 from posenc.torch.vision import GridEncoding
@@ -413,10 +414,7 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     if _ROTARY.search(name) and not trainable:
         return left_alone(name, "not covered yet: posenc has no stand-in for this module")
     if _POSITIONAL.search(name):  # Cosmos' learnable table, LongCat-AudioDiT's sinusoid
-        weight = next((t for t in module.parameters() if t.ndim >= 2), None)
-        if trainable:
-            return left_alone(name, learned(weight))
-        return left_alone(name, "not covered yet: posenc has no stand-in for this module")
+        return unreproduced(module, "not covered yet: posenc has no stand-in for this module")
     return None
 
 

@@ -30,11 +30,14 @@ from posenc.torch._patching import (
     device_of,
     float_dtype,
     from_library,
+    has_meta,
     holds,
     learned,
     left_alone,
     measured,
+    table_of,
     unlike,
+    unreproduced,
 )
 from posenc.torch.vision import DetrSineEncoding
 
@@ -146,7 +149,7 @@ def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family 
         except Exception:  # any constructor: then it cannot be checked
             why = "posenc cannot check on the meta device that it computes transformers' "
             return None, f"; {why}standard rotary tables: load the model first"
-        return _standard_form(module, config) if not _on_meta(module) else (None, "")
+        return _standard_form(module, config) if not has_meta(module) else (None, "")
     if held.is_complex() or held.ndim != 1:
         return None, ""
     length = getattr(config, "max_position_embeddings", None) or 4096
@@ -190,10 +193,6 @@ def _runs(module: nn.Module, call: tuple[Any, ...]) -> bool:
     except Exception:  # a form of positions it does not take
         return False
     return True
-
-
-def _on_meta(module: nn.Module) -> bool:
-    return any(t.is_meta for t in module.buffers())
 
 
 def _prefix(layer_type: str | None) -> str:
@@ -322,9 +321,9 @@ def detr(path: str, module: nn.Module, root: nn.Module) -> Found | None:
             return [m(torch.zeros(1, 1, h, w), mask)]
         return [m(torch.Size([1, 2 * feats, h, w]), torch.device("cpu"), torch.float32, mask)]
 
-    differs, _ = compare(
-        run(module, 12, 20, 3), run(form(feats, temp, norm, scale if norm else None), 12, 20, 3)
-    )
+    exact = build(None)
+    assert not isinstance(exact, str)
+    differs, _ = compare(run(module, 12, 20, 3), run(exact, 12, 20, 3))
     if differs > SINE_CHECK:
         return left_alone(
             name,
@@ -354,14 +353,11 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     if (from_library(module, "transformers") and _POSITIONAL.search(name)) or (
         path and last in POSITIONAL_NAMES
     ):
-        weight = next((t for t in module.parameters() if t.ndim >= 2), None)
-        if any(p.requires_grad for p in module.parameters()):
-            return left_alone(name, learned(weight))
-        if not from_library(module, "transformers") and weight is None:
+        trainable = any(p.requires_grad for p in module.parameters())
+        if not (trainable or from_library(module, "transformers") or table_of(module) is not None):
             return None
-        held = f"; it {holds(weight)}" if holds(weight) else ""
         why = f"not covered: posenc does not reproduce {name}'s forward{_signature(module)}"
-        return left_alone(name, why + held)
+        return unreproduced(module, why)
     if not from_library(module, "transformers"):
         return None
     for key in (*POSITIONAL_NAMES, *BUFFER_NAMES):
@@ -371,7 +367,8 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         kind = "Parameter" if isinstance(saved, nn.Parameter) else "buffer"
         if saved.requires_grad:
             return left_alone(kind, learned(saved), key)
-        held = f" ({holds(saved)})" if holds(saved) else ""
+        held = holds(saved)
+        held = f" ({held})" if held else ""
         why = f"a fixed table{held} that {name} reads as a tensor: posenc has no stand-in for it"
         return left_alone(kind, why, key)
     return None

@@ -168,6 +168,29 @@ def readable_theta(
     return found[0] if found else None
 
 
+def unreproduced(module: nn.Module, why: str) -> Found:
+    """A positional module posenc has no stand-in for, left alone: as learned when it has a
+    trainable parameter (saying which sinusoid its table still holds), else saying ``why``
+    and which sinusoid its table holds, if any."""
+    name = type(module).__name__
+    weight = table_of(module)
+    if any(p.requires_grad for p in module.parameters()):
+        return left_alone(name, learned(weight))
+    held = holds(weight)
+    return left_alone(name, f"{why}; it {held}" if held else why)
+
+
+def table_of(module: nn.Module) -> Tensor | None:
+    """The module's first parameter of two or more dimensions (its table), if any."""
+    return next((t for t in module.parameters() if t.ndim >= 2), None)
+
+
+def has_meta(module: nn.Module) -> bool:
+    """Some parameter or buffer of ``module`` (or of a module inside it) is on the meta
+    device: it has a shape and no values."""
+    return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
+
+
 def compare(original: Iterable[Tensor], other: Iterable[Tensor]) -> tuple[float, bool]:
     """The largest difference of two runs chunk for chunk (in float64), and whether they were
     equal bit for bit (same dtypes and values); infinite for chunks of different shapes."""

@@ -25,6 +25,7 @@ from posenc.torch._patching import (
     Recogniser,
     Replacement,
     compare,
+    has_meta,
     is_posenc,
 )
 from posenc.torch._placing import placed, put, take_back, unwritable
@@ -233,13 +234,15 @@ def _recognise(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         try:
             found = recognise(path, module, root)
         except NotImplementedError:  # torch's answer to reading a meta tensor's values
+            if not has_meta(root):
+                raise
             return Found(type(module).__name__, note=ON_META)
         if found is not None:
             return found
     return None
 
 
-def _measure(found: Found, new: nn.Module) -> tuple[float, bool] | None:
+def _measure(root: nn.Module, found: Found, new: nn.Module) -> tuple[float, bool] | None:
     """``compare`` of the original's numbers and ``new``'s; None where they have no values (a
     model on the meta device whose module keeps its tables outside its buffers)."""
     assert found.numbers is not None
@@ -247,6 +250,8 @@ def _measure(found: Found, new: nn.Module) -> tuple[float, bool] | None:
     try:
         return compare(found.numbers(), found.probe(new))
     except NotImplementedError:  # torch's answer to reading a meta tensor's values
+        if not has_meta(root):
+            raise
         return None
 
 
@@ -284,8 +289,7 @@ def _apply(
     exact = found.build(None)
     if isinstance(exact, str):
         return Replacement(where, found.original, "", None, None, exact)
-    on_meta = any(t.is_meta for t in (*module.parameters(), *module.buffers()))
-    measure = None if on_meta else _measure(found, exact)
+    measure = None if has_meta(module) else _measure(root, found, exact)
     diff, note = (None, NOT_MEASURED) if measure is None else (measure[0], found.note)
     if diff is not None and not math.isfinite(diff):
         return Replacement(where, found.original, "", None, diff, "non-finite numbers")
@@ -295,7 +299,7 @@ def _apply(
         if isinstance(new, str):
             return Replacement(where, found.original, "", None, diff, f"{new}: left alone")
         if measure is not None:
-            again = _measure(found, new)
+            again = _measure(root, found, new)
             if again is None or not again[1]:
                 why = f"compat={compat!r} does not repeat its numbers bit for bit here: left alone"
                 return Replacement(where, found.original, "", None, diff, why)

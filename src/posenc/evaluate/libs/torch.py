@@ -26,10 +26,10 @@ def _start_threads() -> None:
     """Start torch's intra-op worker threads with one parallel op, once, before posenc's first.
 
     With torch 2.13.0+cpu on an AVX-512 CPU, 2 threads, the first parallel ``torch.sin`` of a
-    fresh process is sometimes wrong when the machine is busy: 1 of 80 fresh processes beside
-    three busy ones (``python -m benchmarks.torch_sin_first_call 80 --jobs 2 --load 3``; a
+    fresh process is sometimes wrong when the machine is busy: 1 of 160 fresh processes beside
+    three busy ones (``python -m benchmarks.torch_sin_first_call 160 --jobs 2 --load 3``; a
     float64 sine off by 6.8e-9), and an audit's float32 error read 1.5e-4 instead of 4.9e-7;
-    never on an idle machine (0 of 120 on an AVX2 one). A torch bug, but it would make a first
+    0 of 120 on an idle AVX2 machine. A torch bug, but it would make a first
     table (and a compat replay's "bit for bit") wrong: one throwaway op on zeros keeps posenc's
     own calls, and those of the originals it is compared with once posenc is imported, out of
     it."""
