@@ -7,10 +7,12 @@
 transformers: every model type with a base model (``AutoModel``) whose modeling files define a
 rotary or a sinusoidal position module (a ``*Rotary*``, ``*Sinusoidal*``, ``*SinePosition*`` or
 ``*PositionalEncoding`` class, or a sinusoid function). Each is built from its default config
-with one layer (and, for a forward, small widths: hidden 64, 4 heads of 16, vocabulary 256) on
-the CPU, else with its default widths on the meta device; ``patch(model, dry_run=True)`` says
-what it finds, and where a tiny model takes ``input_ids``, ``patch(model, compat="original")``
-is run and its outputs compared with ``torch.equal``. diffusers: every ``ModelMixin`` class,
+with one layer of each layer type (and, for a forward, small widths: hidden 64, 4 heads of 16,
+vocabulary 256, its own head widths where mrope sections are cut from the head or the small
+head would make the rotary width odd) on the CPU, else with its default widths on the meta
+device; ``patch(model, dry_run=True)`` says what it finds, and where a tiny model takes
+``input_ids``, ``patch(model, compat="original")`` is run and its outputs compared with
+``torch.equal``. diffusers: every ``ModelMixin`` class,
 built from its defaults with one layer per stack, on the meta device (on the CPU where a
 fixed table decides: a table's values are read), dry run only.
 
@@ -18,11 +20,12 @@ A model's status: **covered** (every positional module found is replaced, learne
 aside), **partly** (some are), **left alone** (none is: the first reason is shown),
 **learned only**, **missed** (a module whose class or attribute says it holds positions that
 the report does not name: a defect), **patch failed** (``patch`` raised: a defect), **no
-positional module** (the base model builds none: not counted), or **could not build** (the
-reason: not counted). A compat forward is ``equal``, ``differs`` or ``failed`` (the last two
-are defects), or ``not run`` with why.
+positional module** (the base model builds none: not counted), **could not build** or **does
+not run** (its positional module fails on its own default config; the reason: not counted). A
+compat forward is ``equal``, ``differs`` or ``failed`` (the last two are defects), or ``not
+run`` with why.
 
-No download; about 10 minutes on two cores for both libraries.
+No download; about 5 minutes on two cores for both libraries.
 """
 
 from __future__ import annotations
@@ -110,6 +113,12 @@ SMALL = {
 CPU_BYTES = 4 << 30
 """The largest diffusers model built again on the CPU (its parameters, in bytes)."""
 NOT_POSITIONAL = "no positional table"  # diffusers' PatchEmbed built without one
+ODD_WIDTH = "must be even: channels rotate in pairs"
+"""A rotary width the small widths made odd (``int(16 * partial_rotary_factor)``; no released
+checkpoint has one): such a model is built again with its own head widths."""
+DOES_NOT_RUN = "its own forward fails"
+"""Its positional module fails on its default config (GLM-4V's text model: mrope sections for a
+partial rotary factor the default config does not set): not counted, as a model not built."""
 HEAD = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "d_model")
 """The widths that fix a head's size: kept where mrope sections are cut from the head."""
 TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
@@ -131,7 +140,7 @@ class Row:
 
     @property
     def counted(self) -> bool:
-        return self.status not in ("could not build", "no positional module")
+        return self.status not in ("could not build", "does not run", "no positional module")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,6 +161,9 @@ def judge(row: Row, model: Any, report: Any, library: str) -> None:
     replaced = [r for r in rows if r.replaced]
     if row.missed:
         row.status, row.reason = "missed", "; ".join(row.missed[:3])
+    elif any(DOES_NOT_RUN in r.note for r in alone):
+        broken = next(r for r in alone if DOES_NOT_RUN in r.note)
+        row.status, row.reason = "does not run", f"{broken.path}: {broken.note}"
     elif not rows:
         row.status = "no positional module"
     elif replaced and not alone:
@@ -231,8 +243,24 @@ def _overrides(config: Any, small: bool, keep_head: bool = False) -> dict[str, A
             out[key] = small_keys[key]
         elif small and key in TOKENS and isinstance(value, int) and value >= SMALL["vocab_size"]:
             out[key] = 1
-        elif key == "layer_types" and isinstance(value, list):
-            out[key] = value[:1]
+    out.update(_one_of_each(config.to_dict()))
+    return out
+
+
+def _one_of_each(config: dict[str, Any]) -> dict[str, Any]:
+    """One layer of each of ``config``'s layer types: its ``layer_types`` (and the per-layer
+    lists alongside, ``mlp_layer_types``, …) cut to the first layer of each type, and its
+    layer count to as many."""
+    types = config.get("layer_types")
+    if not (isinstance(types, list) and types):
+        return {}
+    keep = [types.index(t) for t in dict.fromkeys(types)]
+    out: dict[str, Any] = {
+        key: [value[i] for i in keep]
+        for key, value in config.items()
+        if key.endswith("layer_types") and isinstance(value, list) and len(value) == len(types)
+    }
+    out.update({k: len(keep) for k in LAYERS if config.get(k) == len(types)})
     return out
 
 
@@ -259,30 +287,42 @@ def _forward(model: Any) -> Any:
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 
+def _build_small_or_meta(row: Row, keep_head: bool) -> Any:
+    """The model of ``row``'s type with small widths on the CPU, else with its own on the meta
+    device (``row.built`` says which); None, with ``row``'s status and reason, if neither."""
+    why = ""
+    for small in (True, False):
+        try:
+            with _quiet():
+                model = build_transformers(row.name, small, keep_head)
+        except Exception as err:  # a census line says why
+            why = why or _first_line(err)
+            continue
+        row.built = "cpu" if small else "meta"
+        return model
+    row.status, row.reason = "could not build", why
+    return None
+
+
 def census_transformers(only: list[str]) -> Iterator[Row]:
     for model_type, kinds, multimodal in transformers_types():
         if only and model_type not in only:
             continue
         row = Row("transformers", model_type, kinds)
-        model, why = None, ""
-        for small in (True, False):  # small widths on the CPU; else its own on the meta device
-            try:
-                with _quiet():
-                    model = build_transformers(model_type, small, multimodal)
-            except Exception as err:  # a census line says why
-                model, why = None, why or _first_line(err)
-                continue
-            row.built = "cpu" if small else "meta"
-            break
-        if model is None:
-            row.status, row.reason = "could not build", why
-            yield row
-            continue
         try:
-            with _quiet():
-                report = patch(model, dry_run=True)
+            for keep_head in dict.fromkeys((multimodal, True)):
+                model = _build_small_or_meta(row, keep_head)
+                if model is None:
+                    break
+                with _quiet():
+                    report = patch(model, dry_run=True)
+                if not any(ODD_WIDTH in r.note for r in report):
+                    break  # else the small widths made an odd rotary width: keep the head's
         except Exception as err:  # patch must not raise: a defect the census shows
             row.status, row.reason = "patch failed", _first_line(err)
+            yield row
+            continue
+        if model is None:
             yield row
             continue
         judge(row, model, report, "transformers")
@@ -396,14 +436,14 @@ def summary(rows: list[Row], library: str, kind: str | None = None) -> str:
     mine = [r for r in rows if r.library == library and (kind is None or kind in r.kinds)]
     counted = [r for r in mine if r.counted]
     counts = {s: sum(r.status == s for r in counted) for s in STATUSES}
-    unbuilt = sum(r.status == "could not build" for r in mine)
+    unbuilt = sum(r.status in ("could not build", "does not run") for r in mine)
     share = 100.0 * counts["covered"] / max(1, len(counted))
     what = f"{library}{'' if kind is None else f' ({kind})'}"
     rest = ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "covered")
     return (
         f"{what}: {counts['covered']} of {len(counted)} built with a positional module "
         f"covered ({share:.0f} %){'; ' + rest if rest else ''}; {unbuilt} could not be "
-        "built"
+        "built or run"
     )
 
 

@@ -272,14 +272,15 @@ def test_learned_and_foreign_tables_are_left_alone():
     (row,) = patch(holder.requires_grad_(False))  # frozen for inference: still learned
     assert (row.path, row.note) == ("x.pos_embed", "learned, left alone")
     embeddings = diffusers.models.embeddings
-    holder = torch.nn.ModuleDict({  # no table (HunyuanDiT's), a fixed table not covered yet
+    holder = torch.nn.ModuleDict({  # no table (HunyuanDiT's), a fixed table not the sinusoid
         "pos_embed": embeddings.PatchEmbed(8, 8, 2, 4, 16, pos_embed_type=None),
         "motion": embeddings.SinusoidalPositionalEmbedding(16, 32)})  # fmt: skip
+    holder.motion.pe[0, 3, 5] += 0.01
     rows = patch(holder)
     assert not rows.replaced
     assert [(r.path, r.note.split(":")[0]) for r in rows] == [
         ("pos_embed", "no positional table (pos_embed_type=None)"),
-        ("motion.pe", "not covered yet")]  # fmt: skip
+        ("motion", "a fixed table that is not the vaswani sinusoid")]  # fmt: skip
 
 
 def test_sd3_checkpoint_table_is_checked():
@@ -302,3 +303,40 @@ def test_dry_run_changes_nothing():
     assert model.pos_embed is original
     assert _paths(report.replaced) == ["pos_embed", "time_text_embed.time_proj"]
     assert "FluxPosEmbed" in str(report)
+
+
+def test_animatediff_motion_table():
+    """AnimateDiff's motion modules add a fixed [1, 32, d] buffer ``pe`` (the interleaved
+    vaswani sinusoid, float32 in diffusers) to their frames: replaced by a stand-in that saves
+    the same key, compat bit for bit, exact within float32 rounding of the formula."""
+    torch.manual_seed(0)
+    model = diffusers.MotionAdapter(
+        block_out_channels=(8, 16), motion_layers_per_block=1, motion_num_attention_heads=2,
+        motion_norm_num_groups=4, motion_max_seq_length=32, use_motion_mid_block=False,
+    ).eval()  # fmt: skip
+    original = copy.deepcopy(model)
+    paths = [
+        p for p, m in model.named_modules() if type(m).__name__ == "SinusoidalPositionalEmbedding"
+    ]
+    assert paths
+    compat = patch(model, compat="original")
+    assert sorted(r.path for r in compat.replaced) == sorted(paths), str(compat)
+    for path in paths:
+        theirs, ours = original.get_submodule(path), model.get_submodule(path)
+        x = torch.randn(2, 24, theirs.pe.shape[-1])
+        assert torch.equal(theirs(x), ours(x))
+        assert torch.equal(theirs.pe, ours.pe)
+
+    patch(model)  # exact
+    for path in paths:
+        ours = model.get_submodule(path)
+        rows, d = ours.pe.shape[1:]
+        angles = np.arange(rows)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
+        want = np.empty((rows, d))
+        want[:, 0::2], want[:, 1::2] = np.sin(angles), np.cos(angles)
+        assert np.abs(ours.pe[0].double().numpy() - want).max() < 2**-24
+    saved = model.state_dict()
+    assert list(saved) == list(original.state_dict())  # the same keys, in the same order
+    copy.deepcopy(original).load_state_dict(saved, strict=True)
+    model.load_state_dict(original.state_dict(), strict=True)
+    assert not patch(model).replaced  # twice: a no-op

@@ -153,3 +153,106 @@ def test_a_multimodal_module_is_not_the_standard_one():
         "not covered yet: `sections` must add up to dim / 2 = 8 (one entry per frequency), "
         "got (24, 20, 20) (sum 64)"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the other forms of the standard machinery: interleaved, compact, float32 tables, rotary sets
+# named apart from the layer types, a layer type without RoPE, multimodal interleaved
+
+FORMS = {  # model type: the form of its tables
+    "cohere2_moe": "interleaved",  # repeat_interleave, in x's dtype
+    "blt": "interleaved",
+    "openai_privacy_filter": "compact",  # one angle per pair
+    "lfm3": "halves",  # float32 tables; rotary sets named by _rope_type_labels
+    "deepseek_v4": "compact",  # per rotary set ('main', 'compress'), partial width
+    "beam": "halves",  # its full-attention layer type has no RoPE (None)
+    "glm_ocr_text": "interleaved",  # multimodal sections, interleaved
+}
+
+
+def _small(model_type):
+    """The census' small model of this type (with the default rule: the scaled rules' own
+    numbers are tested in test_rope*)."""
+    from benchmarks.census import _overrides
+
+    base = T.AutoConfig.for_model(model_type)
+    options = _overrides(base, small=True, keep_head=model_type == "glm_ocr_text")
+    if model_type == "openai_privacy_filter":  # yarn by default
+        options["rope_parameters"] = {"rope_type": "default", "rope_theta": 150000.0}
+    torch.manual_seed(0)
+    return T.AutoModel.from_config(T.AutoConfig.for_model(model_type, **options)).eval()
+
+
+def _sets(module):
+    """The layer types a module holds tables for (``[None]``: one set)."""
+    types = [
+        t for t in getattr(module, "layer_types", None) or () if hasattr(module, f"{t}_inv_freq")
+    ]
+    return types or [None]
+
+
+def _reference(module, config, layer_type, ids, form):
+    """cos of the module's tables from the formula, in float64: ``ids`` ``[3, n]`` (one row per
+    multimodal axis; the plain forms read the first)."""
+    rp = config.rope_parameters if layer_type is None else config.rope_parameters[layer_type]
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dim = int(head * rp.get("partial_rotary_factor", 1.0))
+    inv = rp["rope_theta"] ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    if rp["rope_type"] == "proportional":  # the head's ladder, its first part rotated
+        inv = rp["rope_theta"] ** (-np.arange(0, head, 2, dtype=np.float64) / head)
+        inv[int(rp.get("partial_rotary_factor", 1.0) * head // 2) :] = 0.0
+        inv /= rp.get("factor", 1.0)
+    else:
+        assert rp["rope_type"] == "default", rp  # the scaled rules are tested in test_rope*
+    sections = getattr(module, "mrope_section", None)
+    axis = np.zeros(len(inv), dtype=int)
+    if sections is not None:  # blocks of frequencies, each from one axis in turn
+        axis = np.concatenate([np.full(n, i % 3) for i, n in enumerate(sections)])
+    angles = np.asarray(ids, dtype=np.float64)[axis, :].T * inv[None]
+    if form == "halves":
+        angles = np.concatenate([angles, angles], axis=1)
+    elif form == "interleaved":
+        angles = np.repeat(angles, 2, axis=1)
+    return np.cos(angles)
+
+
+def _call(module, ids, layer_type, multimodal, dtype=torch.float32):
+    x = torch.zeros(1, dtype=dtype)
+    positions = ids[:, None] if multimodal else ids[:1]
+    args = (x, positions) if layer_type is None else (x, positions, layer_type)
+    with torch.no_grad():
+        return module(*args)
+
+
+@pytest.mark.parametrize("model_type", FORMS)
+def test_every_form_of_the_standard_machinery(model_type):
+    model = _small(model_type)
+    original = copy.deepcopy(model)
+    paths = [p for p, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    ids = torch.stack([torch.arange(1000, 1300) * k for k in (1, 2, 3)])
+
+    compat = patch(model, compat="original")
+    assert sorted(r.path for r in compat.replaced) == sorted(paths), str(compat)
+    for path in paths:
+        theirs, ours = original.get_submodule(path), model.get_submodule(path)
+        multimodal = getattr(theirs, "mrope_section", None) is not None
+        for layer_type in _sets(theirs):
+            for dtype in (torch.float32, torch.bfloat16):
+                want = _call(theirs, ids, layer_type, multimodal, dtype)
+                got = _call(ours, ids, layer_type, multimodal, dtype)
+                for a, b in zip(want, got, strict=True):
+                    assert a.dtype == b.dtype
+                    assert torch.equal(a, b)
+
+    assert sorted(r.path for r in patch(model).replaced) == sorted(paths)  # now exact
+    for path in paths:
+        theirs, ours = original.get_submodule(path), model.get_submodule(path)
+        multimodal = getattr(theirs, "mrope_section", None) is not None
+        for layer_type in _sets(theirs):
+            want = _reference(theirs, theirs.config, layer_type, ids.numpy(), FORMS[model_type])
+            cos = _call(ours, ids, layer_type, multimodal)[0].reshape(want.shape).double().numpy()
+            old = _call(theirs, ids, layer_type, multimodal)[0].reshape(want.shape).double().numpy()
+            assert np.abs(cos - want).max() < 2**-24  # float32 rounding of values in [-1, 1]
+            assert np.abs(cos - want).max() <= np.abs(old - want).max()
+    model.load_state_dict(original.state_dict(), strict=True)
+    assert not patch(model).replaced  # twice: a no-op

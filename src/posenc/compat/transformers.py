@@ -146,33 +146,34 @@ FAMILIES: dict[str, Family] = {
 }
 """The model families whose rotary modules ``RotaryEmbedding.from_hf`` reproduces (each one
 checked bit for bit against transformers 5.23 in the tests), by ``config.model_type``."""
-STANDARD: tuple[Family, ...] = (
-    Family("halves", partial=True, checked=True),
-    Family("halves", checked=True),
-    Family("halves", float32=True, checked=True),
-    Family("halves", partial=True, per_layer=True, checked=True),
-    Family("halves", per_layer=True, checked=True),
+STANDARD: tuple[Family, ...] = tuple(
+    Family(form, partial=partial, float32=float32, per_layer=per_layer, checked=True)
+    for per_layer in (False, True)
+    for form in ("halves", "interleaved", "compact")
+    for float32 in (False, True)
+    for partial in (True, False)
 )
 """The forms of transformers' standard rotary machinery (``compute_default_rope_parameters``
-and ``ROPE_INIT_FUNCTIONS`` from ``config.rope_parameters``, ``inv_freq``, ``attention_scaling``,
-``[freqs | freqs]`` tables; one set per layer type, as Gemma 3's), which a model type
-``FAMILIES`` does not list may follow:
+and ``ROPE_INIT_FUNCTIONS`` from ``config.rope_parameters``, ``inv_freq``, ``attention_scaling``;
+``[freqs | freqs]``, interleaved or compact tables, in ``x``'s dtype or float32, one set or one
+per layer type as Gemma 3's), which a model type ``FAMILIES`` does not list may follow:
 :func:`posenc.torch.patch` takes the first whose replay repeats the module's own tables bit for
-bit (Falcon, Helium, GLM-4, …), and leaves the module alone when none does."""
+bit (Falcon, Helium, GLM-4, Cohere 2 MoE, BLT, …), and leaves the module alone when none does."""
 
 
 def multimodal(sections: Any) -> tuple[Family, ...]:
     """The forms of transformers' standard multimodal rotary machinery for a module that holds
     ``mrope_section`` (``sections``, its default when the config gives none): Qwen2-VL's
-    blocks of sections and Qwen3-VL's round robin. ``()`` when ``sections`` is not a list of
-    positive integers."""
+    blocks of sections and Qwen3-VL's round robin, in halves or interleaved (GLM-OCR's) tables.
+    ``()`` when ``sections`` is not a list of positive integers."""
     if not (isinstance(sections, (list, tuple)) and sections):
         return ()
     if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sections):
         return ()
     split = tuple(sections)
     return tuple(
-        Family("halves", partial=partial, sections=split, interleave=interleave, checked=True)
+        Family(form, partial=partial, sections=split, interleave=interleave, checked=True)
+        for form in ("halves", "interleaved")
         for interleave in (False, True)
         for partial in (True, False)
     )
@@ -200,14 +201,20 @@ class HfRotary:
 
 def layer_types(config: Any, family: Family | None = None) -> tuple[str, ...]:
     """The layer types whose tables ``config``'s rotary module holds, as transformers' module
-    lists them (``sorted(set(config.layer_types))``, those with parameters); ``()`` for a
+    lists them (``sorted(set(config.layer_types))``, those with parameters; where the config
+    names its rotary sets apart from its layer types, ``config._rope_type_labels``, as
+    DeepSeek-V4's and LFM3's, those of its labels that ``rope_parameters`` holds); ``()`` for a
     family with one set of tables. ``family``: how a model type ``FAMILIES`` does not list
     reads its config (:data:`STANDARD`), once its module was seen to compute that."""
     config, model_type, family = _family(config, family)
     if not family.per_layer:
         return ()
     rp = _parameters(config, model_type)
-    types = sorted(set(_field(config, "layer_types", model_type)))
+    labels = getattr(config, "_rope_type_labels", None)
+    if labels:
+        types = [t for t in labels if isinstance(rp.get(t), dict)]
+    else:
+        types = sorted(set(_field(config, "layer_types", model_type)))
     for t in types:
         if t not in rp:
             raise PosencError(

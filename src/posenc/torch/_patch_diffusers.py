@@ -2,8 +2,9 @@
 
 Each recogniser knows one kind of diffusers module by its class name and module path
 (diffusers is never imported here): ``Timesteps`` (the timestep embedding of UNets, DiT,
-PixArt, SD3, FLUX), ``PatchEmbed``'s fixed 2D sin-cos table (DiT, PixArt, SD3's cropped one)
-and FLUX's axial rotary ``FluxPosEmbed`` (and its copies). The stand-ins take the original's
+PixArt, SD3, FLUX), AnimateDiff's ``SinusoidalPositionalEmbedding``, ``PatchEmbed``'s fixed 2D
+sin-cos table (DiT, PixArt, SD3's cropped one) and FLUX's axial rotary ``FluxPosEmbed`` (and its
+copies). The stand-ins take the original's
 call, attributes and submodules, hold no table tensor (the original's keys are written from
 them on save), and route the original's checkpoint key (SD3's
 ``pos_embed.pos_embed``) to posenc's checkpoint check. ``compat="original"`` replays
@@ -12,6 +13,7 @@ diffusers' own arithmetic (:mod:`posenc.compat.diffusers`, :mod:`posenc.compat.s
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -31,6 +33,7 @@ from posenc.torch import (
     _patch_diffusers_rope,
     _patch_diffusers_video,
 )
+from posenc.torch import _patch_transformers_tables as fixed_tables
 from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
     Found,
@@ -40,6 +43,7 @@ from posenc.torch._patching import (
     holds,
     learned,
     left_alone,
+    unlike,
     unreproduced,
 )
 from posenc.torch.diffusion import Timesteps
@@ -83,6 +87,21 @@ class DiffusersTimesteps(Timesteps):
         super()._apply(fn, recurse)
         self._dtype = torch.float32  # .to(dtype) leaves diffusers' module float32
         return self
+
+
+def sequence_table(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """``SinusoidalPositionalEmbedding`` (AnimateDiff's motion modules, DreamLite): a fixed
+    ``[1, rows, d]`` buffer ``pe`` of the interleaved ``vaswani`` sinusoid, added to ``x``."""
+    name = type(module).__name__
+    if not (name == "SinusoidalPositionalEmbedding" and from_library(module, "diffusers")):
+        return None
+    saved = module._buffers.get("pe")
+    takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
+    if not (isinstance(saved, Tensor) and saved.ndim == 3 and saved.shape[0] == 1):
+        return unlike(name, "diffusers")
+    if takes != ("x",):
+        return unlike(name, "diffusers")
+    return fixed_tables.one_d(name, saved, fixed_tables.SequencePositions, "vaswani")
 
 
 def timesteps(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -392,9 +411,9 @@ _ROTARY = re.compile(r"(Rotary|Rope|RoPE|MRoPE).*(Embed|$)|PosEmbed$|EmbedND\d*$
 def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """A diffusers module with a positional table under one of ``TABLE_NAMES`` (learned: a
     parameter, trainable or frozen for inference; fixed: a buffer, which posenc does not
-    replace yet: AnimateDiff's ``SinusoidalPositionalEmbedding``, CogVideoX's 3D table), a
-    rotary module posenc has no stand-in for, or another module whose class says it holds
-    positions: reported, left alone."""
+    replace yet: CogVideoX's 3D table, OmniGen's patch table), a rotary module posenc has no
+    stand-in for, or another module whose class says it holds positions: reported, left
+    alone."""
     if not from_library(module, "diffusers"):
         return None
     for key in TABLE_NAMES:
@@ -423,6 +442,7 @@ _POSITIONAL = re.compile(r"Pos(ition(al)?)?Embed|Sinus")
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (
+    sequence_table,
     timesteps,
     patch_embed,
     flux_rope,

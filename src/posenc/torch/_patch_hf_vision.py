@@ -125,8 +125,8 @@ def _grid_ids(h: int, w: int, order: str, device: Any) -> Tensor:
     return torch.stack([p.flatten() for p in pair], dim=-1).to(device)
 
 
-def _id_runs(module: nn.Module, ids: Tensor, dtype: torch.dtype) -> list[Tensor]:
-    """The module's tables of ``ids``, a chunk of tokens at a time (float32 ``x``)."""
+def id_runs(module: nn.Module, ids: Tensor, dtype: torch.dtype) -> list[Tensor]:
+    """The module's tables of ``ids``, a chunk of tokens at a time (``x`` of ``dtype``)."""
     x = torch.zeros(1, dtype=dtype, device=ids.device)
     out: list[Tensor] = []
     with torch.no_grad():
@@ -148,8 +148,8 @@ def _ids_found(
         name,
         f"VisionRope({dim}, preset={family!r}, base={theta:g})",
         _build(family, dim, theta, inv.dtype, inv.device, **kw),
-        numbers=lambda: _id_runs(module, ids, torch.float32),
-        probe=lambda new: _id_runs(new, ids, torch.float32),
+        numbers=lambda: id_runs(module, ids, torch.float32),
+        probe=lambda new: id_runs(new, ids, torch.float32),
         note=f"max diff over {where}",
     )
 

@@ -138,7 +138,11 @@ def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family 
     256 positions, for each of its layer types, and on three axes of positions where the
     module takes them: a multimodal one is not standard), for a model type ``from_hf`` does not
     list; else None and why (appended to the note)."""
-    layer_types = [str(t) for t in getattr(module, "layer_types", None) or ()]
+    layer_types = [  # those with tables (a NoPE layer type has none: Beam's full attention)
+        str(t)
+        for t in getattr(module, "layer_types", None) or ()
+        if isinstance(getattr(module, f"{_prefix(str(t))}inv_freq", None), Tensor)
+    ]
     held = getattr(module, f"{_prefix(layer_types[0] if layer_types else None)}inv_freq", None)
     if not isinstance(held, Tensor):
         return None, ""  # not the standard machinery
@@ -155,13 +159,20 @@ def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family 
     length = getattr(config, "max_position_embeddings", None) or 4096
     ids = torch.cat([torch.arange(min(256, length)), torch.arange(max(0, length - 256), length)])
     ids = ids.to(held.device)[None]
-    x = torch.zeros(1, device=held.device)
     axes = torch.stack([ids, 2 * ids, 3 * ids])  # multimodal ids: the original may take them
     kinds: list[tuple[str, ...]] = [(t,) for t in layer_types] or [()]
-    tried = [(x, p, *t) for p in (ids, axes) for t in kinds]
-    calls = [call for call in tried if _runs(module, call)]
-    if not calls:
-        return None, ""  # not called as transformers' rotary modules are
+    tried = [  # x in bfloat16 too: tables that follow x's dtype, or stay float32
+        (torch.zeros(1, dtype=dtype, device=held.device), p, *t)
+        for p in (ids, axes)
+        for t in kinds
+        for dtype in (torch.float32, torch.bfloat16)
+    ]
+    failures = [_fails(module, call) for call in tried]
+    calls = [call for call, failed in zip(tried, failures, strict=True) if failed is None]
+    standard = list(inspect.signature(module.forward).parameters)[:2] == ["x", "position_ids"]
+    broken = [f for f in failures if standard and not isinstance(f, (TypeError, type(None)))]
+    if not calls:  # not called as transformers' rotary modules are, or broken
+        return None, f"; {OWN_FAILS} on position ids ({_first(broken[0])})" if broken else ""
     first = ""
     sections = getattr(module, "mrope_section", None)
     for family in (*_rope_compat.multimodal(sections), *_rope_compat.STANDARD):
@@ -177,7 +188,8 @@ def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family 
             first = first or str(err)
             continue
         except Exception as err:  # a config or a forward of another form
-            return None, f"; not transformers' standard rotary machinery ({type(err).__name__})"
+            first = first or f"not transformers' standard rotary machinery ({_first(err)})"
+            continue
         if len(theirs) == len(ours) and compare(theirs, ours)[1]:
             return family, ""
     return None, f"; {first or NOT_STANDARD}"
@@ -186,13 +198,22 @@ def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family 
 NOT_STANDARD = "its tables are not those of transformers' standard rotary arithmetic"
 
 
-def _runs(module: nn.Module, call: tuple[Any, ...]) -> bool:
-    """The module (a copy: a dynamic rule remembers) takes this call."""
+OWN_FAILS = "its own forward fails"
+
+
+def _fails(module: nn.Module, call: tuple[Any, ...]) -> Exception | None:
+    """Why the module (a copy: a dynamic rule remembers) does not take this call; None if it
+    does."""
     try:
         copy.deepcopy(module)(*call)
-    except Exception:  # a form of positions it does not take
-        return False
-    return True
+    except Exception as err:  # a form of positions it does not take, or a broken module
+        return err
+    return None
+
+
+def _first(err: Exception) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}"[:160]
 
 
 def _prefix(layer_type: str | None) -> str:

@@ -1,6 +1,7 @@
 """The fixed tables transformers models keep, for :func:`posenc.torch.patch`: Whisper's encoder
 table (and the Qwen audio towers' copy), Marian's and fairseq's (M2M100, Speech2Text)
-sinusoidal embeddings and ViT-MAE's fixed 2D table, their recognisers and stand-ins. A
+sinusoidal embeddings and ViT-MAE's fixed 2D table, their recognisers and stand-ins (and the
+stand-in for diffusers' AnimateDiff table, a 1D table of the same kind). A
 stand-in takes the original's call and attributes (``weight``, ``num_embeddings``,
 ``weights``) and holds no tensor (:mod:`posenc.torch._placing` writes the original's keys from
 it on save); the original's checkpoint key routes to posenc's checkpoint check. A table is
@@ -41,7 +42,7 @@ def _parent(root: nn.Module, path: str) -> nn.Module:
 
 
 def _check_weight(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
-    check_saved_table(module, state, prefix + "weight")  # nn.Embedding's key
+    check_saved_table(module, state, prefix + module.TABLE)  # type: ignore[operator]  # the original's key
 
 
 class PositionTable(SinusoidalEmbedding):
@@ -180,6 +181,24 @@ class AudioPositions(PositionTable):
         return self._rows(torch.arange(seqlen, device=self._device), self._dtype)
 
 
+class SequencePositions(PositionTable):
+    """The stand-in for diffusers' ``SinusoidalPositionalEmbedding`` (AnimateDiff's motion
+    modules, DreamLite): ``forward(x)`` adds the first ``x.shape[1]`` rows to ``x``; ``pe`` is
+    the ``[1, rows, d]`` table, as the original's buffer (and checkpoint key)."""
+
+    TABLE = "pe"
+
+    @property
+    def pe(self) -> Tensor:
+        """The table ``[1, rows, d]``, as the original's buffer."""
+        return self.cache[None]
+
+    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
+        """``x + pe[:, :s]`` for ``x`` ``[b, s, d]``."""
+        rows = self._rows(torch.arange(x.shape[1], device=x.device), self._dtype)
+        return x + rows
+
+
 class TokenPositions(FairseqPositions):
     """The stand-in for Speech2Text's form, ``forward(input_ids, past_key_values_length)``."""
 
@@ -234,19 +253,19 @@ def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         parent = _parent(root, path)
         if not (from_library(parent, "transformers") and type(parent).__name__.endswith("Encoder")):
             return None
-        return _one_d(name, module.weight, PositionTable, "whisper")
+        return one_d(name, module.weight, PositionTable, "whisper")
     if name == "SinusoidsPositionEmbedding" and from_library(module, "transformers"):
         table = getattr(module, AudioPositions.TABLE, None)
         takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
         if not (isinstance(table, Tensor) and table.ndim == 2 and takes == ("seqlen",)):
             return unlike(name, "transformers")
-        return _one_d(name, table, AudioPositions, "whisper")
+        return one_d(name, table, AudioPositions, "whisper")
     if not (
         from_library(module, "transformers") and name.endswith("SinusoidalPositionalEmbedding")
     ):
         return None
     if isinstance(module, nn.Embedding):  # Marian, Pegasus: [sin | cos] by split widths
-        return _one_d(name, module.weight, MarianPositions, "marian")
+        return one_d(name, module.weight, MarianPositions, "marian")
     table, pad = getattr(module, "weights", None), getattr(module, "padding_idx", None)
     params = list(inspect.signature(type(module).forward).parameters)[1:]
     forms = {
@@ -258,14 +277,13 @@ def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return left_alone(
             name, f"not covered: forward({', '.join(params)}) is not a form posenc reproduces"
         )
-    return _one_d(name, table, form, "fairseq", padding_idx=pad)
+    return one_d(name, table, form, "fairseq", padding_idx=pad)
 
 
-def _one_d(
-    name: str, saved: Tensor, cls: type[PositionTable], preset: str, **options: Any
-) -> Found:
-    """A 1D table ``saved`` (``[rows, dim]``) that ``cls`` computes with ``preset``."""
-    rows, dim = int(saved.shape[0]), int(saved.shape[1])
+def one_d(name: str, saved: Tensor, cls: type[PositionTable], preset: str, **options: Any) -> Found:
+    """A 1D table ``saved`` (``[rows, dim]``, or ``[1, rows, dim]`` as its stand-in's
+    ``TABLE`` gives it) that ``cls`` computes with ``preset``."""
+    rows, dim = int(saved.shape[-2]), int(saved.shape[-1])
 
     def make(compat: str | None) -> nn.Module:
         return cls(

@@ -13,6 +13,7 @@ from torch import nn
 from posenc.errors import PosencError, check_bool, check_choice
 from posenc.torch import (
     _patch_diffusers,
+    _patch_hf_axial,
     _patch_hf_vision,
     _patch_timm,
     _patch_timm_rope,
@@ -35,6 +36,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (  # the first answer wins
     *_patch_timm_rope.RECOGNISERS,
     *_patch_diffusers.RECOGNISERS,  # before transformers' `learned`: any `pos_embed` path
     *_patch_hf_vision.RECOGNISERS,  # before transformers' `rotary`: any module with a config
+    *_patch_hf_axial.RECOGNISERS,  # after the vision families with a preset of their own
     *_patch_transformers.RECOGNISERS,
 )
 COLUMNS = ("path", "original", "replacement", "mode", "max diff")
