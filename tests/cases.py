@@ -240,8 +240,8 @@ CASES: list[Case] = [
         "Rotary embeddings",
         ("posenc.rope(np.arange(8), 63)", ("`dim`", "even", "63")),
         (
-            'posenc.rope(np.arange(8), 64, scaling={"rope_type": "ntk"})',
-            ("scaling['rope_type']", "'ntk'", "'dynamic'"),
+            'posenc.rope(np.arange(8), 64, scaling={"rope_type": "ntk-by-parts"})',
+            ("scaling['rope_type']", "'ntk-by-parts'", "'dynamic'"),
         ),
         (
             'posenc.rope(np.arange(8), 64, scaling={"rope_type": "yarn", "factor": 4.0})',

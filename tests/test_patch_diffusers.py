@@ -18,6 +18,7 @@ from tests import reference
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -314,29 +315,25 @@ def test_animatediff_motion_table():
         block_out_channels=(8, 16), motion_layers_per_block=1, motion_num_attention_heads=2,
         motion_norm_num_groups=4, motion_max_seq_length=32, use_motion_mid_block=False,
     ).eval()  # fmt: skip
-    original = copy.deepcopy(model)
     paths = [
         p for p, m in model.named_modules() if type(m).__name__ == "SinusoidalPositionalEmbedding"
     ]
     assert paths
-    compat = patch(model, compat="original")
-    assert sorted(r.path for r in compat.replaced) == sorted(paths), str(compat)
-    for path in paths:
-        theirs, ours = original.get_submodule(path), model.get_submodule(path)
-        x = torch.randn(2, 24, theirs.pe.shape[-1])
-        assert torch.equal(theirs(x), ours(x))
-        assert torch.equal(theirs.pe, ours.pe)
+    frames = torch.randn(2, 24, 256, generator=torch.Generator().manual_seed(1))
 
-    patch(model)  # exact
-    for path in paths:
-        ours = model.get_submodule(path)
-        rows, d = ours.pe.shape[1:]
-        angles = np.arange(rows)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
-        want = np.empty((rows, d))
-        want[:, 0::2], want[:, 1::2] = np.sin(angles), np.cos(angles)
-        assert np.abs(ours.pe[0].double().numpy() - want).max() < 2**-24
-    saved = model.state_dict()
-    assert list(saved) == list(original.state_dict())  # the same keys, in the same order
-    copy.deepcopy(original).load_state_dict(saved, strict=True)
-    model.load_state_dict(original.state_dict(), strict=True)
-    assert not patch(model).replaced  # twice: a no-op
+    def outputs(m, dtype):
+        for path in paths:
+            module = m.get_submodule(path)
+            yield module(frames[..., : module.pe.shape[-1]].to(dtype))
+            yield module.pe
+
+    def exact(original, patched):
+        for path in paths:
+            pe = patched.get_submodule(path).pe
+            rows, d = pe.shape[1:]
+            angles = np.arange(rows)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
+            want = np.empty((rows, d))
+            want[:, 0::2], want[:, 1::2] = np.sin(angles), np.cos(angles)
+            assert np.abs(pe[0].double().numpy() - want).max() < 2**-24
+
+    check_patch_contract(model, paths, outputs, exact)

@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
@@ -71,34 +72,29 @@ def _tables(module, ids, dtype=torch.float32):
 def test_a_tower_of_the_axial_machinery_is_covered(model_type):
     cls, layout, grid = TOWERS[model_type]
     model = _model(model_type)
-    original = copy.deepcopy(model)
     (path,) = [p for p, m in model.named_modules() if type(m).__name__ == cls]
     ids = _ids(grid) + 40  # away from the origin, where the float32 angles err
+    others = [r.path for r in patch(copy.deepcopy(model), dry_run=True).replaced]
 
-    compat = patch(model, compat="original")
-    assert path in [r.path for r in compat.replaced], str(compat)
-    theirs, ours = original.get_submodule(path), model.get_submodule(path)
-    assert type(ours).__name__ == "AxialRope"
-    for dtype in (torch.float32, torch.bfloat16):
-        for a, b in zip(_tables(theirs, ids, dtype), _tables(ours, ids, dtype), strict=True):
-            assert a.dtype == b.dtype
-            assert torch.equal(a, b)
+    def outputs(m, dtype):
+        return _tables(m.get_submodule(path), ids, dtype)
 
-    patch(model)  # switches to exact
-    ours = model.get_submodule(path)
-    config = theirs.config
-    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    width = 2 * theirs.inv_freq.numel()
-    omega = config.rope_parameters["rope_theta"] ** (-np.arange(0, width, 2) / width)
-    angles = ids.numpy().astype(np.float64)[:, :, None] * omega  # [N, axes, width / 2]
-    want = np.cos(layout(angles))
-    assert want.shape[1] <= head
-    cos = _tables(ours, ids)[0].double().numpy()
-    old = _tables(theirs, ids)[0].double().numpy()
-    assert np.abs(cos - want).max() < 2**-24  # float32 rounding of values in [-1, 1]
-    assert np.abs(cos - want).max() <= np.abs(old - want).max()
-    model.load_state_dict(original.state_dict(), strict=True)
-    assert not patch(model).replaced  # twice: a no-op
+    def exact(original, patched):
+        theirs, ours = original.get_submodule(path), patched.get_submodule(path)
+        assert type(ours).__name__ == "AxialRope"
+        config = theirs.config
+        head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        width = 2 * theirs.inv_freq.numel()
+        omega = config.rope_parameters["rope_theta"] ** (-np.arange(0, width, 2) / width)
+        angles = ids.numpy().astype(np.float64)[:, :, None] * omega  # [N, axes, width / 2]
+        want = np.cos(layout(angles))
+        assert want.shape[1] <= head
+        err = np.abs(_tables(ours, ids)[0].double().numpy() - want).max()
+        assert err < 2**-24  # float32 rounding of values in [-1, 1]
+        assert err <= np.abs(_tables(theirs, ids)[0].double().numpy() - want).max()
+
+    assert path in others
+    check_patch_contract(model, others, outputs, exact)
 
 
 def test_another_ladder_is_left_alone_saying_so():

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
@@ -227,32 +228,27 @@ def _call(module, ids, layer_type, multimodal, dtype=torch.float32):
 @pytest.mark.parametrize("model_type", FORMS)
 def test_every_form_of_the_standard_machinery(model_type):
     model = _small(model_type)
-    original = copy.deepcopy(model)
-    paths = [p for p, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    modules = {  # path: (its layer types, multimodal)
+        p: (_sets(m), getattr(m, "mrope_section", None) is not None)
+        for p, m in model.named_modules()
+        if type(m).__name__.endswith("RotaryEmbedding")
+    }
     ids = torch.stack([torch.arange(1000, 1300) * k for k in (1, 2, 3)])
 
-    compat = patch(model, compat="original")
-    assert sorted(r.path for r in compat.replaced) == sorted(paths), str(compat)
-    for path in paths:
-        theirs, ours = original.get_submodule(path), model.get_submodule(path)
-        multimodal = getattr(theirs, "mrope_section", None) is not None
-        for layer_type in _sets(theirs):
-            for dtype in (torch.float32, torch.bfloat16):
-                want = _call(theirs, ids, layer_type, multimodal, dtype)
-                got = _call(ours, ids, layer_type, multimodal, dtype)
-                for a, b in zip(want, got, strict=True):
-                    assert a.dtype == b.dtype
-                    assert torch.equal(a, b)
+    def outputs(m, dtype):
+        for path, (sets, multimodal) in modules.items():
+            for layer_type in sets:
+                yield from _call(m.get_submodule(path), ids, layer_type, multimodal, dtype)
 
-    assert sorted(r.path for r in patch(model).replaced) == sorted(paths)  # now exact
-    for path in paths:
-        theirs, ours = original.get_submodule(path), model.get_submodule(path)
-        multimodal = getattr(theirs, "mrope_section", None) is not None
-        for layer_type in _sets(theirs):
-            want = _reference(theirs, theirs.config, layer_type, ids.numpy(), FORMS[model_type])
-            cos = _call(ours, ids, layer_type, multimodal)[0].reshape(want.shape).double().numpy()
-            old = _call(theirs, ids, layer_type, multimodal)[0].reshape(want.shape).double().numpy()
-            assert np.abs(cos - want).max() < 2**-24  # float32 rounding of values in [-1, 1]
-            assert np.abs(cos - want).max() <= np.abs(old - want).max()
-    model.load_state_dict(original.state_dict(), strict=True)
-    assert not patch(model).replaced  # twice: a no-op
+    def exact(original, patched):
+        for path, (sets, multimodal) in modules.items():
+            theirs, ours = original.get_submodule(path), patched.get_submodule(path)
+            for layer_type in sets:
+                want = _reference(theirs, theirs.config, layer_type, ids.numpy(), FORMS[model_type])
+                cos = _call(ours, ids, layer_type, multimodal)[0].reshape(want.shape)
+                old = _call(theirs, ids, layer_type, multimodal)[0].reshape(want.shape)
+                err = np.abs(cos.double().numpy() - want).max()
+                assert err < 2**-24  # float32 rounding of values in [-1, 1]
+                assert err <= np.abs(old.double().numpy() - want).max()
+
+    check_patch_contract(model, list(modules), outputs, exact)

@@ -279,7 +279,7 @@ def test_softmax_scale_deepseek():
 ERRORS = [
     ({"dim": 63}, ("`dim`", "even", "63")),
     ({"dim": 0}, ("`dim`", "0")),
-    ({"scaling": {"rope_type": "ntk"}}, ("scaling['rope_type']", "'ntk'")),
+    ({"scaling": {"rope_type": "ntk-by-parts"}}, ("scaling['rope_type']", "'ntk-by-parts'")),
     ({"scaling": {"rope_type": "linear"}}, ("scaling['factor']", "required", "linear")),
     ({"scaling": {"rope_type": "linear", "factor": -2.0}}, ("scaling['factor']", "-2.0")),
     ({"scaling": {"rope_type": "linear", "factor": 0}}, ("scaling['factor']", "0")),

@@ -1,6 +1,7 @@
 """A RoPE scaling rule is one entry of ``posenc.spec.scaling.RULES``: no other module compares
 rope_type names, a rule added to the registry alone works exactly and under
-``compat="transformers"``, and every rule carries transformers' float32 arithmetic.
+``compat="transformers"``, and every transformers rule carries transformers' float32
+arithmetic (the rules of image and video models, none).
 """
 
 from __future__ import annotations
@@ -172,7 +173,26 @@ SAMPLES = {
 
 
 def test_every_rule_has_a_sample():
-    assert set(SAMPLES) == set(RULES), "add a sample dict for each new rule"
+    transformers = {n for n, r in RULES.items() if r.origin == "transformers"}
+    assert set(SAMPLES) == transformers, "add a sample dict for each new rule"
+
+
+def test_the_vision_rules_are_not_transformers_rope_types():
+    """The rules of image and video models have no transformers arithmetic, and a
+    transformers config that names one is refused, saying where the rule belongs."""
+    from posenc.compat.transformers import read_config
+
+    vision = sorted(n for n, r in RULES.items() if r.origin == "vision")
+    assert vision == [
+        "dype", "imax", "lumina-time", "multi-inter", "ntk", "ntk-aware", "riflex", "vision-yarn",
+    ]  # fmt: skip
+    assert all(RULES[n].float32 is None for n in vision)
+    config = SimpleNamespace(
+        model_type="llama", head_dim=8, max_position_embeddings=4096,
+        rope_parameters={"rope_theta": 1e4, "rope_type": "ntk", "factor": 2.0},
+    )  # fmt: skip
+    with raises("'ntk' is not a rope_type of transformers (llama)"):
+        read_config(config)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

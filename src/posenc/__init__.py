@@ -21,9 +21,9 @@ from posenc.errors import PosencError
 from posenc.evaluate import float32_only
 from posenc.evaluate.integers import set_table_cache
 from posenc.evaluate.libs.numpy import get_num_threads, set_num_threads
+from posenc.spec.attention import softmax_scale
 from posenc.spec.encoding import Encoding
 from posenc.spec.presets import Preset, RotaryPreset
-from posenc.spec.scaling import softmax_scale
 
 __version__ = "0.2.0"
 

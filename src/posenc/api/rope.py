@@ -7,6 +7,7 @@ engine for transformers' own float32 arithmetic (:mod:`posenc.compat.transformer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from posenc import evaluate
@@ -27,7 +28,7 @@ def rope(
     dim: int,
     *,
     base: float | None = ...,
-    scaling: dict[str, Any] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     layout: str | None = ...,
     dtype: Any = ...,
     seq_len: int | None = ...,
@@ -48,7 +49,7 @@ def rope(
     dim: int,
     *,
     base: float | None = ...,
-    scaling: dict[str, Any] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     layout: str | None = ...,
     dtype: TorchDType,
     seq_len: int | None = ...,
@@ -69,7 +70,7 @@ def rope(
     dim: int,
     *,
     base: float | None = ...,
-    scaling: dict[str, Any] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     layout: str | None = ...,
     dtype: NumpyDType = ...,
     seq_len: int | None = ...,
@@ -90,7 +91,7 @@ def rope(
     dim: int,
     *,
     base: float | None = ...,
-    scaling: dict[str, Any] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     layout: str | None = ...,
     dtype: Any = ...,
     seq_len: int | None = ...,
@@ -110,7 +111,7 @@ def rope(
     dim: int,
     *,
     base: float | None = None,
-    scaling: dict[str, Any] | None = None,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
     layout: str | None = None,
     dtype: Any = None,
     seq_len: int | None = None,
@@ -135,7 +136,10 @@ def rope(
         scaling: a transformers rope-parameters dict: ``rope_type`` ``"default"``,
             ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"longrope"``, ``"llama3"`` or
             ``"proportional"`` with that type's keys. Its attention factor multiplies cos and
-            sin (before the one rounding).
+            sin (before the one rounding). With ``axes_dim``, one rule per block too (a
+            tuple, None for a block left as it is), and the rules of image and video models
+            past their trained size (``"riflex"``, ``"ntk"``, ``"ntk-aware"``: see
+            :func:`posenc.rope_grid`).
         layout: ``"halves"`` (the default; ``cos[..., i] == cos[..., i + d/2]``: GPT-NeoX, HF
             ``rotate_half``), ``"interleaved"`` (``cos[..., 2i] == cos[..., 2i+1]``: GPT-J,
             Meta Llama, FLUX), ``"compact"`` (``d / 2`` columns: flash-attn, vLLM) or
@@ -192,6 +196,12 @@ def rope(
         blocks=blocks,
     )
     compat = None if compat is None else _check_compat(compat, preset)
+    if compat is not None and any(rule.float32 is None for rule in r.rules):
+        kinds = ", ".join(repr(s.rope_type) for s in r.scalings if s.rule.float32 is None)
+        raise PosencError(
+            f"`compat='transformers'` repeats transformers' arithmetic, which has no rule "
+            f"{kinds} (a rule of image and video models): drop `compat` for its exact tables"
+        )
     pos = as_positions(positions)
     pos = evaluate.rotary_axes_last(r, pos)
     length = evaluate.rotary_seq_len(r, pos, seq_len)
@@ -205,7 +215,7 @@ def rope(
 
 def rope_label(r: Rotary) -> str:
     """How errors name a rotary table of the functions."""
-    kind = r.scaling.rope_type
+    kind = "/".join(dict.fromkeys(s.rope_type for s in r.scalings))
     return f"'rope' ({kind}, dim={r.dim}, base={r.base:g})"
 
 

@@ -24,7 +24,7 @@ from posenc.errors import MAX_POSITION, PosencError, check_choice, check_int, ch
 from posenc.evaluate.libs import is_torch
 from posenc.evaluate.positions import Progression, grid_shape
 from posenc.spec.presets import get_rotary_preset
-from posenc.spec.rotary import Rotary, rotary
+from posenc.spec.rotary import Rotary, rotary, with_axes_scaling
 
 if TYPE_CHECKING:
     from posenc._types import Tensor, TorchDType
@@ -42,6 +42,7 @@ def rope_grid(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -65,6 +66,7 @@ def rope_grid(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -88,6 +90,7 @@ def rope_grid(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -111,6 +114,7 @@ def rope_grid(
     axes_dim: tuple[int, ...] | None = ...,
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -133,6 +137,7 @@ def rope_grid(
     axes_dim: tuple[int, ...] | None = None,
     axes_scale: tuple[float, ...] | None = None,
     axes_base: tuple[float, ...] | None = None,
+    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
     block_axes: tuple[int, ...] | None = None,
     start: float | Sequence[float] | None = None,
     step: float | Sequence[float] | None = None,
@@ -165,6 +170,18 @@ def rope_grid(
             block has its own frequencies ``base ** (-2j / d_a)``.
         axes_scale: a factor multiplying each block's frequencies (default 1).
         axes_base: each block's own base, in place of ``base`` (Cosmos's per-axis NTK).
+        scaling: a rule past the trained size, for every axis (a dict) or one per grid axis
+            (a tuple of dicts, None for an axis left as it is), applied to that axis' block
+            ladder (its width ``d_a`` and base): ``{"rope_type": "riflex", "k": 4, "length":
+            66}`` (RIFLEx: pair ``k``, 1-based, lowered to ``0.9 * 2 pi / length``, once
+            ``length`` latent frames pass its period ``round(2 pi / omega)``, or with
+            ``"always": True``; ``"riflex_scale"``: the 0.9), ``{"rope_type": "ntk", "factor":
+            a}`` (the base times ``a``), ``{"rope_type": "ntk-aware", "factor": s}`` (times ``s
+            ** (d_a / (d_a - 2))``), ``{"rope_type": "linear", "factor": s}`` (frequencies
+            ``/ s``), ``"imax"``, ``"multi-inter"``, ``"vision-yarn"`` (its magnitude on
+            the axes it is given for), ``"dype"`` and ``"lumina-time"`` (with ``"time"``: 1
+            pure noise), and transformers' rules (docs: *Beyond the trained size*). Exact: the
+            rule's float64 frequencies and magnitude, rounded once with the table.
         block_axes: the grid axis each block encodes (default: block ``a`` encodes axis
             ``a``; ``(1, 0)``: the column block first).
         start: the position of each axis's first row (one value, or one per axis; default 0,
@@ -205,10 +222,12 @@ def rope_grid(
         >>> cos, sin = posenc.rope_grid((32, 24), 88, preset="hunyuan-dit",
         ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
     """
+    per_axis = scaling if isinstance(scaling, list | tuple) else None
     r = rotary(
         dim,
         preset=preset,
         base=base,
+        scaling=None if per_axis is not None else scaling,
         layout=layout,
         axes_dim=axes_dim,
         axes_scale=axes_scale,
@@ -223,12 +242,19 @@ def rope_grid(
     k = r.ndim
     dims = grid_shape(shape, k, axes=grid_axes_rule(r))
     read = block_axes_of(block_axes, preset, k)  # the grid axis of each block
+    if per_axis is not None:  # one rule per grid axis, to the block that encodes it
+        r = with_axes_scaling(r, per_axis, [read.index(g) for g in range(len(per_axis))])
     recipe = get_rotary_preset(preset).positions if preset is not None else None
     if recipe is not None and crop is None:  # the family's coordinates, where none are given
         own_start, own_step = recipe(dims)
         start = own_start if start is None else start
         step = own_step if step is None else step
     starts, steps = _coordinates(dims, start, step, crop)
+    if compat is not None and any(not s.is_default for s in r.scalings):
+        raise PosencError(
+            "`compat` repeats a family's own arithmetic, which has no `scaling` rule: drop "
+            "`compat` for the rule's exact tables"
+        )
     if compat is not None:
         family = get_rotary_preset(preset) if preset is not None else None
         if family is None or not family.originals:

@@ -43,7 +43,10 @@ def inv_freq(
     float32 arithmetic (:attr:`posenc.spec.scaling.Rule.float32`), run with torch; then
     rounded through ``casts`` and back to float32, as the module's forward reads its buffer
     after ``model.to(torch.bfloat16)``."""
-    freq, factor = r.scaling.rule.float32(torch, r.scaling.p, r.dim, r.base, seq_len, device)
+    arithmetic = r.scaling.rule.float32
+    if arithmetic is None:  # the rope functions refuse it before (api.rope._check_compat)
+        raise PosencError(f"rope_type {r.scaling.rope_type!r} has no transformers arithmetic")
+    freq, factor = arithmetic(torch, r.scaling.p, r.dim, r.base, seq_len, device)
     for dtype in casts:
         freq = freq.to(dtype).float()
     return freq, factor
@@ -265,6 +268,12 @@ def read_config(
         )
     kind = rp.get("rope_type", rp.get("type", _scaling.DEFAULT))
     rule = _scaling.RULES.get(kind) if isinstance(kind, str) else None  # None: rotary() says
+    if rule is not None and rule.origin != "transformers":
+        raise PosencError(
+            f"`config.rope_parameters{where}['rope_type']` {kind!r} is not a rope_type of "
+            f"transformers ({model_type}): it is posenc's rule of image and video models, "
+            "for posenc.rope_grid(..., scaling=...)"
+        )
     if rule is not None:
         rp = _known_keys(config, rp, kind, rule, family, f"config.rope_parameters{where}")
         truncate = outer.get("truncate", True)  # what _compute_yarn_parameters reads

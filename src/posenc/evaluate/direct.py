@@ -100,6 +100,10 @@ def points(
     if plan.ndim != 1:
         per = backend.take(xw, backend.asarray(constants.axis, backend.int64, xw), axis=1)
     sin, cos = _sincos(backend, per, constants.omega, float32_only, integral)
+    if constants.frequency_amplitude is not None:  # one per axis, in float64 before rounding
+        work = backend.float32 if float32_only else backend.float64
+        scale = backend.asarray(constants.frequency_amplitude, work, xw)
+        sin, cos = sin * scale, cos * scale
     out = _arranged(backend, sin, cos, xw, constants.columns, constants.arrangement)
     amplitude = constants.amplitude
     out = _rounded(backend, out * amplitude if amplitude != 1 else out, dtype, float32_only)
@@ -141,6 +145,8 @@ def grid(
             values = backend.reshape(backend.astype(pos, work), (-1, 1))
             sin, cos = _sincos(backend, values, omega, float32_only)
         n = values.shape[0]
+        if plan.axis_amplitude is not None:  # this axis' own, in float64 before rounding
+            sin, cos = sin * plan.axis_amplitude[a], cos * plan.axis_amplitude[a]
         part = _arranged(backend, sin, cos, values, cols, kind)
         view = [1] * k
         view[order.index(a)] = n

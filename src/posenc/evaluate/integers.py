@@ -99,5 +99,11 @@ def set_table_cache(max_bytes: int) -> None:
 def span_key(backend: Backend, plan: Plan, lowest: int, rows: int) -> tuple[Any, ...]:
     """What a kept table of positions ``lowest … lowest+rows-1`` depends on."""
     device = getattr(backend, "device", None)
-    key = (plan.omega.tobytes(), plan.axis.tobytes(), plan.src.tobytes(), plan.amplitude)
+    key = (
+        plan.omega.tobytes(),
+        plan.axis.tobytes(),
+        plan.src.tobytes(),
+        plan.amplitude,
+        plan.axis_amplitude,
+    )
     return (*key, lowest, rows, backend.name, str(backend.dtype), str(device))

@@ -69,3 +69,8 @@ def pixel_bands(n: int, max_res: float, *, linear: bool) -> np.ndarray:
     else:
         out = np.pi * np.exp2(u * (np.log2(max_res) - 1.0))
     return out
+
+
+def paper(d: int, base: float) -> np.ndarray:
+    """``w_i = base ** (-2i / d)`` for ``i < d / 2``, in float64."""
+    return frequencies("geometric", d // 2, den=d / 2, base=base)

@@ -83,6 +83,7 @@ class PlanConstants:
     exact: bool  # every frequency a power of two: exact products
     identities: bool  # some channel holds a position itself
     amplitude: float  # multiplies every sine and cosine before the rounding
+    frequency_amplitude: tuple[float, ...] | None  # per frequency, in its place (per axis)
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,6 +102,8 @@ class Plan:
     label: str = ""  # the preset and the caller's options, for messages
     amplitude: float = 1.0  # RoPE's attention factor: every sine and cosine is multiplied
     # by it in float64, before the one rounding
+    axis_amplitude: tuple[float, ...] | None = None  # one per position axis, in its place
+    # (vision YaRN's magnitude on the rows and columns, none on the frames)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)  # the @derived values
 
     def labelled(self, label: str) -> Plan:
@@ -123,8 +126,19 @@ class Plan:
         src = src.copy()
         src[sincos] = 2 * remap[src[sincos] // 2] + src[sincos] % 2
         return Plan(
-            len(src), self.ndim, self.omega[used], self.axis[used], src, self.label, self.amplitude
+            len(src),
+            self.ndim,
+            self.omega[used],
+            self.axis[used],
+            src,
+            self.label,
+            self.amplitude,
+            self.axis_amplitude,
         )
+
+    def amplitude_of(self, axis: int) -> float:
+        """What multiplies the sines and cosines of position axis ``axis``."""
+        return self.amplitude if self.axis_amplitude is None else self.axis_amplitude[axis]
 
     @derived
     def exact(self) -> bool:
@@ -182,6 +196,9 @@ class Plan:
             self.exact,
             self.identities,
             self.amplitude,
+            None
+            if self.axis_amplitude is None
+            else tuple(self.axis_amplitude[int(a)] for a in self.axis),
         )
 
     @functools.cached_property
@@ -209,7 +226,7 @@ class Plan:
                 if s >= 0 and int(s) // 2 in local
             ]
             identity = tuple(j for j, s in enumerate(self.src) if s == ident(a))
-            out.append(AxisPlan(a, self.omega[us], _runs(pairs), identity, self.amplitude))
+            out.append(AxisPlan(a, self.omega[us], _runs(pairs), identity, self.amplitude_of(a)))
         return tuple(out)
 
 

@@ -9,6 +9,7 @@ The scaling rules that rewrite the frequencies are :mod:`posenc.spec.scaling`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -29,7 +30,7 @@ from posenc.errors import (
 from posenc.spec.frequencies import pixel_bands
 from posenc.spec.layout import PLANS, Plan
 from posenc.spec.presets import get_rotary_preset
-from posenc.spec.scaling import Scaling, parse_scaling
+from posenc.spec.scaling import Rule, Scaling, parse_scaling
 
 RopeLayout = Literal["halves", "interleaved", "compact", "block-halves"]
 PIXEL = ("pixel", "pixel-linear")
@@ -109,6 +110,17 @@ class Rotary:
     interleave_axes: bool = False
     blocks: int = 1
     ladder_axes: int = 3
+    axes_scaling: tuple[Scaling, ...] | None = None
+
+    @property
+    def scalings(self) -> tuple[Scaling, ...]:
+        """The scaling of each block (``axes_scaling``), or the one of every frequency."""
+        return self.axes_scaling or (self.scaling,)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules of :attr:`scalings`."""
+        return tuple(s.rule for s in self.scalings)
 
     @property
     def ndim(self) -> int:
@@ -135,6 +147,7 @@ class Rotary:
 def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
     factor = 1.0
+    axis_factors: tuple[float, ...] | None = None
     if r.spacing == "ltx":  # one ladder, each frequency read by t, h, w in turn
         a = r.ladder_axes
         n, still = r.dim // (2 * a), (r.dim % (2 * a)) // 2
@@ -145,12 +158,17 @@ def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
     elif r.axes_dim is not None:
         scales = r.axes_scale or (1.0,) * len(r.axes_dim)
         bases = r.axes_base or (r.base,) * len(r.axes_dim)
+        rules = r.axes_scaling or (r.scaling,) * len(r.axes_dim)
+        factors = [1.0] * len(r.axes_dim)
         for k, (dk, scale, base) in enumerate(zip(r.axes_dim, scales, bases, strict=True)):
             if r.spacing in PIXEL:  # timm's pixel bands: no scaling rule (checked)
                 omega = pixel_bands(dk // 2, base, linear=r.spacing == "pixel-linear")
             else:
-                omega, factor = r.scaling.frequencies(dk, base, seq_len)
+                omega, factors[k] = rules[k].frequencies(dk, base, seq_len)
             blocks.append((omega * scale, np.full(len(omega), k)))
+        factor = factors[-1]
+        if len(set(factors)) > 1:  # a magnitude on some axes only: each axis its own
+            axis_factors = tuple(factors)
     else:
         omega, factor = r.scaling.frequencies(r.dim, r.base, seq_len)
         blocks.append((omega, section_axes(r)))
@@ -162,6 +180,8 @@ def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
         omega, axis = omega[turn], axis[turn]
     cols = np.asarray(layout_columns(r.layout, len(omega), r.blocks), dtype=np.int64)
     src = np.concatenate([2 * cols + 1, 2 * cols])  # cosines, then sines
+    if axis_factors is not None:
+        return Plan(len(src), r.ndim, omega, axis, src, label, 1.0, axis_factors)
     return Plan(len(src), r.ndim, omega, axis, src, label, factor)
 
 
@@ -227,6 +247,9 @@ def rotary(
         axial = p.axial if axes_dim is None else None  # blocks given: the preset's are not
         per_block = p.per_block
     kw.update({k: v for k, v in given.items() if v is not None})
+    per_axis = kw.get("scaling") if isinstance(kw.get("scaling"), list | tuple) else None
+    if per_axis is not None:  # one rule per block: checked once the blocks are known
+        kw["scaling"] = None
     if axial is not None:  # the blocks this width takes, under every keyword given
         width = check_int("dim", dim, minimum=1, maximum=MAX_DIM)
         kw = {**axial(width, check_real("base", kw["base"], positive=True)), **kw}
@@ -236,7 +259,37 @@ def rotary(
         widths = _ints("axes_dim", kw["axes_dim"])
         kw = {**per_block(widths, check_real("base", kw["base"], positive=True)), **kw}
     default = preset if blocks is None and kw.get("blocks") is not None else None
-    return _rotary(dim, **kw, blocks_of=default)
+    r = _rotary(dim, **kw, blocks_of=default)
+    return r if per_axis is None else with_axes_scaling(r, per_axis)
+
+
+def with_axes_scaling(r: Rotary, scaling: Any, order: Any = None) -> Rotary:
+    """``r`` with one scaling rule (a dict, or None: unscaled) per block of ``axes_dim``;
+    ``order``: the block of each entry (default: entry ``a`` is block ``a``)."""
+    if r.axes_dim is None or r.spacing != "lang":
+        raise PosencError(
+            "`scaling` as one rule per axis needs one block per axis (`axes_dim` or an axial "
+            f"preset), got {show(scaling)}"
+        )
+    n = len(r.axes_dim)
+    if len(scaling) != n:
+        raise PosencError(
+            f"`scaling` must be one rule or {n} (one per axis, None for an axis left as it is), "
+            f"got {len(scaling)}"
+        )
+    parsed = [parse_scaling(v, f"scaling[{i}]") for i, v in enumerate(scaling)]
+    for i, one in enumerate(parsed):
+        keys = [k for k, _ in one.shared if k not in ("rope_type", "type")]
+        if keys:
+            raise PosencError(
+                f"`scaling[{i}]` takes its rule's keys only (the keywords give the rest), got "
+                f"{', '.join(keys)}"
+            )
+    blocks = list(range(n)) if order is None else list(order)
+    per_block = [parsed[blocks.index(b)] for b in range(n)]
+    if all(one.is_default for one in per_block):
+        return r
+    return dataclasses.replace(r, axes_scaling=tuple(per_block))
 
 
 def _rotary(

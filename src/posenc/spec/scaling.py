@@ -11,7 +11,6 @@ entry of :data:`RULES`, and rope_type names are compared nowhere else.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,34 @@ from typing import Any
 import numpy as np
 
 from posenc.errors import PosencError, check_bool, check_choice, check_int, check_real, show
-from posenc.spec.frequencies import frequencies
+from posenc.spec.extrapolation import (
+    dype,
+    imax,
+    lumina_time,
+    multi_inter,
+    ntk,
+    ntk_aware,
+    riflex,
+    vision_yarn,
+)
+from posenc.spec.frequencies import paper
+from posenc.spec.transformers_rules import (
+    dynamic,
+    dynamic32,
+    linear32,
+    llama3,
+    llama3_32,
+    llama3_check,
+    longrope,
+    longrope32,
+    longrope_long,
+    paper32,
+    prop32,
+    proportional,
+    yarn,
+    yarn32,
+    yarn_factor,
+)
 
 Params = dict[str, Any]
 
@@ -47,6 +73,19 @@ def _fraction(name: str, v: Any) -> float:
     return f
 
 
+def _unit(name: str, v: Any) -> float:
+    f = check_real(name, v)
+    if not 0 <= f <= 1:
+        raise PosencError(f"`{name}` must be in [0, 1] (1: pure noise), got {show(v)}")
+    return f
+
+
+def _pairs(name: str, v: Any) -> tuple[int, ...]:
+    if not isinstance(v, list | tuple) or not v:
+        raise PosencError(f"`{name}` must be a list of 0-based pair indices, got {show(v)}")
+    return tuple(check_int(f"{name}[{i}]", x, minimum=0) for i, x in enumerate(v))
+
+
 @dataclass(frozen=True)
 class Rule:
     """One ``rope_type``: everything posenc knows of it.
@@ -68,12 +107,16 @@ class Rule:
             ``config.max_position_embeddings`` on (which ``from_hf`` then requires).
         switches_tables: two tables, chosen by the length (short up to the original one).
         unscaled: no scaling (the model's own default function; a config has no dict for it).
+        origin: ``"transformers"`` (a ``rope_type`` of transformers, which its configs may
+            name) or ``"vision"`` (a rule of image and video models past their trained size,
+            applied to one axis of a grid: ``rope_grid(..., scaling=...)``; no float32 replay
+            of transformers').
     """
 
     required: tuple[str, ...]
     optional: Mapping[str, Any]
     evaluate: Callable[[Params, int, float, int | None], tuple[np.ndarray, float]]
-    float32: Callable[[Any, Params, int, float, int | None, Any], tuple[Any, float]]
+    float32: Callable[[Any, Params, int, float, int | None, Any], tuple[Any, float]] | None
     phase: Callable[[Params, int], int | None] | None = None
     requires_factor: bool = False
     check: Callable[[Params], object] | None = None
@@ -81,189 +124,12 @@ class Rule:
     remembers_length: bool = False
     switches_tables: bool = False
     unscaled: bool = False
+    origin: str = "transformers"
 
     @property
     def uses_seq_len(self) -> bool:
         """The frequencies read the sequence length."""
         return self.phase is not None
-
-
-def paper(d: int, base: float) -> np.ndarray:
-    """``w_i = base ** (-2i / d)`` for ``i < d / 2``, in float64."""
-    return frequencies("geometric", d // 2, den=d / 2, base=base)
-
-
-def paper32(xp: Any, d: int, base: Any, device: Any) -> Any:
-    """transformers' float32 ``1 / base ** (arange(0, d, 2) / d)`` (``base``: maybe a tensor)."""
-    exponent = xp.arange(0, d, 2, dtype=xp.int64, device=device).float() / d
-    return 1.0 / (base**exponent)
-
-
-def _linear32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
-    out = paper32(xp, d, base, device)
-    out /= p["factor"]
-    return out, 1.0
-
-
-def _dynamic(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    """The paper's frequencies for the NTK-aware base, which grows past the original length."""
-    if d < 4:
-        raise PosencError(
-            f"`dim` must be at least 4 for dynamic scaling (its exponent is d / (d - 2)), got {d}"
-        )
-    length, f = p["max_position_embeddings"], p["factor"]
-    s = max(seq_len or length, length)
-    return paper(d, base * ((f * s / length) - (f - 1)) ** (d / (d - 2))), 1.0
-
-
-def _dynamic32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
-    f, length = p["factor"], p["max_position_embeddings"]
-    if seq_len is not None and seq_len > length:  # the module's update: tensor arithmetic
-        s = xp.maximum(xp.tensor(seq_len, device=device), xp.tensor(length, device=device))
-        return paper32(xp, d, base * ((f * s / length) - (f - 1)) ** (d / (d - 2)), device), 1.0
-    return paper32(xp, d, base * ((f * length / length) - (f - 1)) ** (d / (d - 2)), device), 1.0
-
-
-def mscale(scale: float, m: float = 1.0) -> float:
-    """YaRN's magnitude correction ``0.1 m ln(scale) + 1`` (1 for ``scale <= 1``)."""
-    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-
-def yarn_factor(p: Params) -> float:
-    """The stretch ``factor``, or ``max_position_embeddings / original`` when absent."""
-    if p["factor"] is not None:
-        return float(p["factor"])
-    if p["max_position_embeddings"] is None:
-        raise PosencError(
-            "`scaling['factor']` is required (or `max_position_embeddings`, from which "
-            "factor = max_position_embeddings / original_max_position_embeddings)"
-        )
-    return float(p["max_position_embeddings"] / p["original_max_position_embeddings"])
-
-
-def yarn_attention(p: Params) -> float:
-    """YaRN's attention factor: given, or ``mscale(f, mscale) / mscale(f, mscale_all_dim)``
-    when both are set (DeepSeek), else ``mscale(f)``."""
-    if p["attention_factor"] is not None:
-        return float(p["attention_factor"])
-    f = yarn_factor(p)
-    if p["mscale"] and p["mscale_all_dim"]:
-        return mscale(f, p["mscale"]) / mscale(f, p["mscale_all_dim"])
-    return mscale(f)
-
-
-def yarn_range(p: Params, d: int, base: float) -> tuple[float, float]:
-    """The pair indices ``(lo, hi)`` between which YaRN blends: where the original window
-    holds ``beta_fast`` and ``beta_slow`` turns."""
-    length = p["original_max_position_embeddings"]
-
-    def pair(turns: float) -> float:
-        return d * math.log(length / (turns * 2 * math.pi)) / (2 * math.log(base))
-
-    lo, hi = pair(p["beta_fast"] or 32.0), pair(p["beta_slow"] or 1.0)
-    if p["truncate"]:
-        lo, hi = math.floor(lo), math.ceil(hi)
-    lo, hi = max(lo, 0), min(hi, d - 1)
-    return lo, (hi + 0.001 if lo == hi else hi)
-
-
-def _yarn(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    w = paper(d, base)
-    lo, hi = yarn_range(p, d, base)
-    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
-    return (w / yarn_factor(p)) * ramp + w * (1.0 - ramp), yarn_attention(p)
-
-
-def _yarn32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
-    f = yarn_factor(p)
-    pos_freqs = base ** (xp.arange(0, d, 2, device=device).float() / d)
-    extrapolation = 1.0 / pos_freqs
-    interpolation = 1.0 / (f * pos_freqs)
-    lo, hi = yarn_range(p, d, base)
-    ramp = xp.clamp((xp.arange(d // 2, dtype=xp.float32) - lo) / (hi - lo), 0, 1)
-    keep = (1 - ramp).to(device=device, dtype=xp.float32)
-    return interpolation * (1 - keep) + extrapolation * keep, yarn_attention(p)
-
-
-def longrope_long(p: Params, seq_len: int | None) -> bool:
-    """Long factors apply past the original length (strictly: ``seq_len = L`` is short)."""
-    return seq_len is not None and seq_len > p["original_max_position_embeddings"]
-
-
-def _longrope(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    for key in ("short_factor", "long_factor"):
-        if len(p[key]) != d // 2:
-            raise PosencError(
-                f"`scaling['{key}']` must hold d / 2 = {d // 2} factors for a rotary width of "
-                f"{d}, got {len(p[key])}"
-            )
-    ext = np.asarray(p["long_factor" if longrope_long(p, seq_len) else "short_factor"])
-    return paper(d, base) / ext, longrope_attention(p)
-
-
-def _longrope32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
-    key = "long_factor" if longrope_long(p, seq_len) else "short_factor"
-    ext = xp.tensor(p[key], dtype=xp.float32, device=device)
-    shape = xp.arange(0, d, 2, dtype=xp.int64, device=device).float() / d
-    return 1.0 / (ext * base**shape), longrope_attention(p)
-
-
-def longrope_attention(p: Params) -> float:
-    if p["attention_factor"] is not None:
-        return float(p["attention_factor"])
-    f = yarn_factor(p)
-    length = p["original_max_position_embeddings"]
-    return 1.0 if f <= 1.0 else math.sqrt(1 + math.log(f) / math.log(length))
-
-
-def _llama3(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    w = paper(d, base)
-    f, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
-    length = p["original_max_position_embeddings"]
-    wavelength = 2 * math.pi / w
-    smooth = (length / wavelength - low) / (high - low)
-    out = np.where(wavelength > length / low, w / f, w)
-    medium = (wavelength >= length / high) & (wavelength <= length / low)
-    return np.where(medium, (1 - smooth) * w / f + smooth * w, out), 1.0
-
-
-def _llama3_32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
-    out = paper32(xp, d, base, device)
-    f, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
-    length = p["original_max_position_embeddings"]
-    low_wavelength, high_wavelength = length / low, length / high
-    wavelength = 2 * math.pi / out
-    scaled = xp.where(wavelength > low_wavelength, out / f, out)
-    smooth = (length / wavelength - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / f + smooth * scaled
-    medium = ~(wavelength < high_wavelength) * ~(wavelength > low_wavelength)
-    return xp.where(medium, smoothed, scaled), 1.0
-
-
-def _llama3_check(p: Params) -> None:
-    if not p["low_freq_factor"] < p["high_freq_factor"]:
-        raise PosencError(
-            "`scaling['low_freq_factor']` must be below `scaling['high_freq_factor']`, got "
-            f"{p['low_freq_factor']:g} and {p['high_freq_factor']:g}"
-        )
-
-
-def _proportional(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    rotated = int(p["partial_rotary_factor"] * d // 2)
-    w = np.zeros(d // 2)
-    w[:rotated] = frequencies("geometric", rotated, den=d / 2, base=base)
-    return w / p["factor"], 1.0
-
-
-def _prop32(xp: Any, p: Params, d: int, base: float, seq_len: int | None, device: Any) -> Any:
-    rotated = int(p["partial_rotary_factor"] * d // 2)
-    exponent = xp.arange(0, 2 * rotated, 2, dtype=xp.int64, device=device).float() / d
-    out = 1.0 / (base**exponent)
-    if d // 2 > rotated:
-        zeros = xp.zeros(d // 2 - rotated, dtype=xp.float32, device=device)
-        out = xp.cat((out, zeros), dim=0)
-    out /= p["factor"]
-    return out, 1.0
 
 
 _YARN_OPTIONAL = {
@@ -278,6 +144,10 @@ _YARN_OPTIONAL = {
 }
 _LONGEST = {"max_position_embeddings": False}  # completed from the config, when it has it
 
+
+_VISION_BANDS = {"beta_fast": 1.25, "beta_slow": 0.75, "gamma_fast": 16.0, "gamma_slow": 2.0}
+"""Vision YaRN's band thresholds (rotations in the trained extent), as DyPE's code has them."""
+
 RULES: dict[str, Rule] = {
     "default": Rule(
         (),
@@ -290,14 +160,14 @@ RULES: dict[str, Rule] = {
         ("factor",),
         {},
         lambda p, d, base, n: (paper(d, base) / p["factor"], 1.0),
-        _linear32,
+        linear32,
         requires_factor=True,
     ),
     "dynamic": Rule(
         ("factor", "max_position_embeddings"),
         {},
-        _dynamic,
-        _dynamic32,
+        dynamic,
+        dynamic32,
         lambda p, n: n if n > p["max_position_embeddings"] else None,
         requires_factor=True,
         from_config=_LONGEST,
@@ -306,16 +176,16 @@ RULES: dict[str, Rule] = {
     "yarn": Rule(
         ("original_max_position_embeddings",),
         _YARN_OPTIONAL,
-        _yarn,
-        _yarn32,
+        yarn,
+        yarn32,
         check=yarn_factor,
         from_config=_LONGEST,  # factor, or the lengths it follows from
     ),
     "longrope": Rule(
         ("short_factor", "long_factor", "original_max_position_embeddings"),
         {"factor": None, "attention_factor": None, "max_position_embeddings": None},
-        _longrope,
-        _longrope32,
+        longrope,
+        longrope32,
         check=yarn_factor,
         switches_tables=True,
         phase=lambda p, n: (
@@ -326,14 +196,54 @@ RULES: dict[str, Rule] = {
     "llama3": Rule(
         ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
         {},
-        _llama3,
-        _llama3_32,
+        llama3,
+        llama3_32,
         requires_factor=True,
-        check=_llama3_check,
+        check=llama3_check,
     ),
-    "proportional": Rule(("partial_rotary_factor",), {"factor": 1.0}, _proportional, _prop32),
+    "proportional": Rule(("partial_rotary_factor",), {"factor": 1.0}, proportional, prop32),
+    "ntk": Rule(("factor",), {}, ntk, None, requires_factor=True, origin="vision"),
+    "ntk-aware": Rule(("factor",), {}, ntk_aware, None, requires_factor=True, origin="vision"),
+    "riflex": Rule(
+        ("k", "length"),
+        {"riflex_scale": 0.9, "always": False},
+        riflex,
+        None,
+        origin="vision",
+    ),
+    "vision-yarn": Rule(
+        ("factor", "original_max_position_embeddings"),
+        _VISION_BANDS,
+        vision_yarn,
+        None,
+        requires_factor=True,
+        origin="vision",
+    ),
+    "dype": Rule(
+        ("factor", "original_max_position_embeddings", "time"),
+        _VISION_BANDS,
+        dype,
+        None,
+        requires_factor=True,
+        origin="vision",
+    ),
+    "lumina-time": Rule(
+        ("factor", "time"),
+        {"watershed": 0.3},
+        lumina_time,
+        None,
+        requires_factor=True,
+        origin="vision",
+    ),
+    "imax": Rule(
+        ("factor",), {"ntk_factor": 10.0}, imax, None, requires_factor=True, origin="vision"
+    ),
+    "multi-inter": Rule(
+        ("factor", "freq_id"), {}, multi_inter, None, requires_factor=True, origin="vision"
+    ),
 }
-"""Every ``rope_type`` of transformers 5.x: all there is to know of it (see :class:`Rule`)."""
+"""Every ``rope_type`` of transformers 5.x, and the rules of image and video models past their
+trained size (``origin="vision"``): all there is to know of each (see :class:`Rule`)."""
 
 DEFAULT = "default"
 """The ``rope_type`` of a dict (or config) that names none."""
@@ -357,6 +267,13 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "low_freq_factor": _positive,
     "high_freq_factor": _positive,
     "partial_rotary_factor": _fraction,
+    "k": lambda n, v: check_int(n, v, minimum=1),
+    **dict.fromkeys(("gamma_fast", "gamma_slow", "ntk_factor"), _positive),
+    **dict.fromkeys(("time", "watershed"), lambda n, v: _unit(n, v)),
+    "freq_id": lambda n, v: _pairs(n, v),
+    "length": _length,
+    "riflex_scale": _positive,
+    "always": check_bool,
 }
 
 SHARED = (
@@ -449,48 +366,3 @@ def parse_scaling(scaling: Any, name: str = "scaling") -> Scaling:
     shared = tuple((k, scaling[k]) for k in SHARED if k in scaling and k not in params)
     shared = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in shared)  # frozen
     return Scaling(kind, tuple(sorted(params.items())), shared)
-
-
-def softmax_scale(config: Any, head_dim: int | None = None) -> float:
-    """The attention softmax scale of DeepSeek-V2/V3's YaRN: ``head_dim ** -0.5`` times
-    ``mscale(factor, mscale_all_dim) ** 2``, which cos and sin cannot carry.
-
-    Args:
-        config: a transformers config (``rope_parameters`` or ``rope_scaling``, and
-            ``qk_head_dim`` or ``qk_nope_head_dim + qk_rope_head_dim``), or a rope-parameters
-            dict together with ``head_dim``.
-        head_dim: the query/key width, when ``config`` is a dict.
-
-    Examples:
-        >>> posenc.softmax_scale({"rope_type": "yarn", "factor": 40,
-        ...     "original_max_position_embeddings": 4096, "mscale": 1.0,
-        ...     "mscale_all_dim": 1.0}, head_dim=192)  # 192**-0.5 * (0.1 ln 40 + 1)**2
-        0.13523377886...
-    """
-    params: Any
-    if isinstance(config, Mapping):
-        params = config
-        if head_dim is None:
-            raise PosencError("`head_dim` is required when `config` is a dict")
-    else:
-        params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-        if head_dim is None:
-            head_dim = getattr(config, "qk_head_dim", None)
-            if head_dim is None:
-                nope = getattr(config, "qk_nope_head_dim", None)
-                rope_dim = getattr(config, "qk_rope_head_dim", None)
-                if nope is None or rope_dim is None:
-                    raise PosencError(
-                        "`config` lacks `qk_head_dim` (or `qk_nope_head_dim` and "
-                        "`qk_rope_head_dim`); pass `head_dim`"
-                    )
-                head_dim = nope + rope_dim
-    d = check_int("head_dim", head_dim, minimum=1)
-    scale: float = d**-0.5
-    if not params:
-        return scale
-    p = parse_scaling(params).p
-    if not p.get("mscale_all_dim"):  # a key of yarn's alone
-        return scale
-    m: float = mscale(yarn_factor(p), p["mscale_all_dim"])
-    return scale * m * m  # transformers' order of operations

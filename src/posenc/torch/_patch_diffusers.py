@@ -39,6 +39,7 @@ from posenc.torch._patching import (
     Found,
     Recogniser,
     TableParameter,
+    by_class,
     from_library,
     holds,
     learned,
@@ -89,12 +90,11 @@ class DiffusersTimesteps(Timesteps):
         return self
 
 
+@by_class("diffusers", "SinusoidalPositionalEmbedding")
 def sequence_table(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """``SinusoidalPositionalEmbedding`` (AnimateDiff's motion modules, DreamLite): a fixed
     ``[1, rows, d]`` buffer ``pe`` of the interleaved ``vaswani`` sinusoid, added to ``x``."""
     name = type(module).__name__
-    if not (name == "SinusoidalPositionalEmbedding" and from_library(module, "diffusers")):
-        return None
     saved = module._buffers.get("pe")
     takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
     if not (isinstance(saved, Tensor) and saved.ndim == 3 and saved.shape[0] == 1):
@@ -104,18 +104,17 @@ def sequence_table(path: str, module: nn.Module, root: nn.Module) -> Found | Non
     return fixed_tables.one_d(name, saved, fixed_tables.SequencePositions, "vaswani")
 
 
+@by_class("diffusers", "Timesteps")
 def timesteps(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """diffusers' ``Timesteps``, measured at 8000 timesteps over ``[0, 1000)`` (float32), or
     over ``[0, 1)`` where its ``scale`` turns flow sigmas into timesteps (``scale >= 1000``)."""
     name = type(module).__name__
-    if not (name == "Timesteps" and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         dim, flip = int(m.num_channels), bool(m.flip_sin_to_cos)
         shift, scale = m.downscale_freq_shift, m.scale
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' Timesteps")
+        return unlike("Timesteps", "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:
@@ -254,10 +253,11 @@ def _table_of(stand_in: Any) -> Tensor:
     return table
 
 
+@by_class("diffusers", "PatchEmbed")
 def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """diffusers' ``PatchEmbed`` (DiT, PixArt, SD3) holding its fixed 2D sin-cos table."""
     name = type(module).__name__
-    if not (name == "PatchEmbed" and type(module).__module__ == "diffusers.models.embeddings"):
+    if type(module).__module__ != "diffusers.models.embeddings":  # a copy: another class
         return None
     saved = getattr(module, "pos_embed", None)
     if saved is None:  # said here: transformers' `learned` would call it learned
@@ -363,16 +363,15 @@ class AxialRope(nn.Module):
         return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{_mode(self.compat)}"
 
 
+@by_class("diffusers", *FLUX_FORMS)
 def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """FLUX's ``FluxPosEmbed`` (and its copies), measured at ids ``0 … 1023`` on every axis."""
     name = type(module).__name__
-    if not (name in FLUX_FORMS and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         theta, axes = m.theta, tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' FluxPosEmbed")
+        return unlike("FluxPosEmbed", "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from posenc.errors import PosencError
 from posenc.torch._gathered_rope import Lumina2Rope, ZImageRope
-from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+from posenc.torch._patching import Found, Recogniser, by_class, from_library, left_alone, unlike
 
 
 def _tables(mod: Any) -> list[Tensor]:
@@ -23,12 +23,11 @@ def _tables(mod: Any) -> list[Tensor]:
     return [torch.view_as_real(t) for t in mod.freqs_cis]
 
 
+@by_class("diffusers", "Lumina2RotaryPosEmbed")
 def lumina2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Lumina-Image-2.0's rotary module: its complex tables (complex128; complex64 when built
     on a host with MPS), measured whole."""
     name = type(module).__name__
-    if not (name == "Lumina2RotaryPosEmbed" and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         theta, patch = float(m.theta), int(m.patch_size)
@@ -36,9 +35,7 @@ def lumina2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         lens = tuple(int(n) for n in m.axes_lens)
         dtype = m.freqs_cis[0].dtype
     except (AttributeError, TypeError, ValueError, IndexError):
-        return left_alone(
-            name, "not covered: not the attributes of diffusers' Lumina2RotaryPosEmbed"
-        )
+        return unlike("Lumina2RotaryPosEmbed", "diffusers")
     if dtype not in (torch.complex64, torch.complex128) or len(axes) != len(lens):
         return left_alone(name, f"not covered: its tables are {dtype}, not complex")
     mode = "diffusers" if dtype == torch.complex128 else "diffusers-mps"

@@ -12,7 +12,7 @@ from torch import nn
 
 from posenc.errors import PosencError
 from posenc.torch._ids_rope import ErnieRope, MatrixRope
-from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+from posenc.torch._patching import Found, Recogniser, by_class, unlike
 
 MATRIX_FORMS = {"HiDreamImageEmbedND": 2, "PRXEmbedND": 1}
 """BFL's ``rope`` restated (rotation matrices per pair), and where each inserts the head axis."""
@@ -25,17 +25,16 @@ def _ids(n: int) -> torch.Tensor:
     return torch.arange(ROWS, dtype=torch.float32)[None, :, None].expand(1, -1, n)
 
 
+@by_class("diffusers", *MATRIX_FORMS)
 def matrix_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HiDream's ``HiDreamImageEmbedND`` and PRX's ``PRXEmbedND``: rotation matrices of ids,
     float64 in diffusers."""
     name = type(module).__name__
-    if not (name in MATRIX_FORMS and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         theta, axes = m.theta, tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:
@@ -54,16 +53,15 @@ def matrix_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("diffusers", "ErnieImageEmbedND3")
 def ernie_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Ernie-Image's ``ErnieImageEmbedND3``: float32 angles of ids."""
     name = type(module).__name__
-    if not (name == "ErnieImageEmbedND3" and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         dim, theta, axes = int(m.dim), m.theta, tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' ErnieImageEmbedND3")
+        return unlike("ErnieImageEmbedND3", "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:

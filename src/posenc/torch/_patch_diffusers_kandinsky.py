@@ -21,11 +21,12 @@ from posenc.torch._kandinsky_rope import KEPT, HalvesRope, KandinskyRope1D, Kand
 from posenc.torch._patching import (
     Found,
     Recogniser,
+    by_class,
     device_of,
     float_dtype,
-    from_library,
     left_alone,
     readable_theta,
+    unlike,
 )
 
 ONE_D = ("Kandinsky5RoPE1D", "Kandinsky6RoPE1D")
@@ -40,18 +41,17 @@ def _built(make: Any) -> nn.Module | str:
     return out
 
 
+@by_class("diffusers", *ONE_D)
 def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Kandinsky's text (and Kandinsky 6's audio) rotary module, measured over its rows
     ``0 … max_pos - 1``."""
     name = type(module).__name__
-    if not (name in ONE_D and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         dim, rows, base = int(m.dim), int(m.max_pos), float(m.max_period)
         scaling = float(m.freqs_scaling) if name == "Kandinsky6RoPE1D" else None
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
     dtype, device = float_dtype(module) or torch.float32, device_of(module)
 
     def build(compat: str | None) -> nn.Module | str:
@@ -86,18 +86,17 @@ def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     )
 
 
+@by_class("diffusers", *THREE_D)
 def kandinsky_rope_3d(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Kandinsky's video rotary module, measured one axis at a time over its rows (``max_pos``
     per axis), at both of Kandinsky 5's ``scale_factor``s."""
     name = type(module).__name__
-    if not (name in THREE_D and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         axes = tuple(int(d) for d in m.axes_dims)
         rows, base = tuple(int(n) for n in m.max_pos), float(m.max_period)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
     if len(axes) != 3 or len(rows) != 3:
         return left_alone(name, f"not covered: axes_dims {axes} is not three axes")
     dtype, device = float_dtype(module) or torch.float32, device_of(module)
@@ -149,11 +148,10 @@ LEFT_ALONE = {
 _LIBRARY_PATHS = {"RotaryEmbedding": "diffusers.models.autoencoders.autoencoder_same"}
 
 
+@by_class("diffusers", *LEFT_ALONE)
 def on_purpose(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """The modules of ``LEFT_ALONE``, reported with their reason."""
     name = type(module).__name__
-    if name not in LEFT_ALONE or not from_library(module, "diffusers"):
-        return None
     where = _LIBRARY_PATHS.get(name)
     if where is not None and type(module).__module__ != where:
         return None
@@ -235,12 +233,11 @@ def _halves(
     )
 
 
+@by_class("diffusers", "OmniGenSuScaledRotaryEmbedding")
 def omnigen_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """OmniGen's Phi-3 longrope, measured over its original length (short factors) and four
     times that (long)."""
     name = type(module).__name__
-    if not (name == "OmniGenSuScaledRotaryEmbedding" and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         dim, base, short = int(m.dim), float(m.base), int(m.original_max_position_embeddings)
@@ -252,7 +249,7 @@ def omnigen_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
             "max_position_embeddings": int(m.max_position_embeddings),
         }
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
     x = torch.zeros(1, device=device_of(module))
     probes = [(x, torch.arange(n, device=x.device)[None]) for n in (short, 4 * short)]
     return _halves(
@@ -267,22 +264,18 @@ def omnigen_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("diffusers", "Ideogram4MRoPE", "Cosmos3VLTextRotaryEmbedding")
 def mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Ideogram 4's and Cosmos 3's interleaved mrope (Qwen3-VL's), measured over positions
     0 … 4095 and, Ideogram 4's images, 65536 … 69631 on every axis."""
     name = type(module).__name__
-    if not (
-        name in ("Ideogram4MRoPE", "Cosmos3VLTextRotaryEmbedding")
-        and from_library(module, "diffusers")
-    ):
-        return None
     m: Any = module
     try:
         ideogram = name == "Ideogram4MRoPE"
         sections = tuple(int(n) for n in (m.mrope_section if ideogram else m.rope_axes_dim))
         dim = 2 * int(m.inv_freq.numel())
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
     base = _base_of(m, root, dim)
     if base is None:
         return left_alone(name, NO_BASE)
@@ -305,17 +298,18 @@ def mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+AUDIO_FORMS = {
+    "MiniMaxMusic3RotaryEmbedding": "minimax",
+    "AudioDiTRotaryEmbedding": "audiodit",
+    "AnimaRotaryEmbedding": "anima",
+}
+
+
+@by_class("diffusers", *AUDIO_FORMS)
 def audio_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """MiniMax-Music 3's, LongCat-AudioDiT's and Anima's 1-D RoPE, measured over positions
     0 … 8191."""
     name = type(module).__name__
-    forms = {
-        "MiniMaxMusic3RotaryEmbedding": "minimax",
-        "AudioDiTRotaryEmbedding": "audiodit",
-        "AnimaRotaryEmbedding": "anima",
-    }
-    if not (name in forms and from_library(module, "diffusers")):
-        return None
     m: Any = module
     device, n = device_of(module), 8192
     try:
@@ -326,7 +320,7 @@ def audio_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
             dim = int(m.rotary_dim) if hasattr(m, "rotary_dim") else int(m.dim)
             base = float(m.theta) if hasattr(m, "theta") else float(m.base)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
     if base is None:
         return left_alone(name, NO_BASE)
     x = torch.zeros(1, n, 1, device=device)
@@ -334,9 +328,15 @@ def audio_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         "minimax": [(n, device)],
         "audiodit": [(x,)],
         "anima": [(x, torch.arange(n, device=device)[None])],
-    }[forms[name]]
+    }[AUDIO_FORMS[name]]
     return _halves(
-        name, dim, base, forms[name], f"max diff over positions 0 … {n - 1}", probes, module=module
+        name,
+        dim,
+        base,
+        AUDIO_FORMS[name],
+        f"max diff over positions 0 … {n - 1}",
+        probes,
+        module=module,
     )
 
 

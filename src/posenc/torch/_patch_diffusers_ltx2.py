@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from posenc.errors import PosencError
 from posenc.torch._ltx2_rope import LTX2Rope
-from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+from posenc.torch._patching import Found, Recogniser, by_class, unlike
 
 LTX2 = ("LTX2AudioVideoRotaryPosEmbed", "SanaWMLTX2AudioVideoRotaryPosEmbed")
 
@@ -41,17 +41,16 @@ VIDEO, AUDIO_FRAMES = (16, 22, 40), 126
 its 5 s of audio (126 latent frames)."""
 
 
+@by_class("diffusers", *LTX2)
 def ltx2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """LTX-2's rotary module (any modality, rope type and precision), measured one axis at a
     time over :data:`VIDEO` (a video module also on the time axis alone, as the
     cross-attention uses it) or over :data:`AUDIO_FRAMES`."""
     name = type(module).__name__
-    if not (name in LTX2 and from_library(module, "diffusers")):
-        return None
     try:
         settings = {k: getattr(module, k) for k in SETTINGS}
     except AttributeError:
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:

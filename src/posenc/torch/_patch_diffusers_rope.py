@@ -18,7 +18,7 @@ from posenc.compat import diffusers as original
 from posenc.errors import PosencError
 from posenc.spec.presets.vision import LTX_BASES
 from posenc.torch._diffusers_rope import CogView4Rope, CosmosRope, LTXRope, QwenImageRope, VideoRope
-from posenc.torch._patching import Found, Recogniser, from_library, left_alone
+from posenc.torch._patching import Found, Recogniser, by_class, left_alone, unlike
 
 WAN = ("WanRotaryPosEmbed", "SkyReelsV2RotaryPosEmbed")
 HUNYUAN = ("HunyuanVideoRotaryPosEmbed", "HunyuanVideo15RotaryPosEmbed")
@@ -29,19 +29,18 @@ def _axis_tables(stand_in: Any, rows: int) -> list[Tensor]:
     return out
 
 
+@by_class("diffusers", *WAN)
 def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Wan's rotary module: its float32 buffers of rows ``0 … max_seq_len - 1`` per axis
     (float64 angles; float32 on a host with MPS), measured whole."""
     name = type(module).__name__
-    if not (name in WAN and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         dim, patch, rows = int(m.attention_head_dim), tuple(m.patch_size), int(m.max_seq_len)
         saved = (m.freqs_cos, m.freqs_sin)
         axes = (int(m.t_dim), int(m.h_dim), int(m.w_dim))
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' WanRotaryPosEmbed")
+        return unlike("WanRotaryPosEmbed", "diffusers")
     if saved[0].is_meta:
         return left_alone(name, "its tables are on the meta device: load the model first")
     mode = "diffusers-mps" if torch.backends.mps.is_available() else "diffusers"
@@ -71,20 +70,17 @@ def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("diffusers", *HUNYUAN)
 def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HunyuanVideo's rotary module (float32, computed per call), measured over the rows of a
     720p, 129-frame video (33 x 45 x 80 patches), one axis at a time."""
     name = type(module).__name__
-    if not (name in HUNYUAN and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         axes = tuple(int(d) for d in m.rope_dim)
         p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(
-            name, "not covered: not the attributes of diffusers' HunyuanVideoRotaryPosEmbed"
-        )
+        return unlike("HunyuanVideoRotaryPosEmbed", "diffusers")
     if len(axes) != 3:
         return left_alone(name, f"not covered: rope_dim {axes} is not three axes")
 
@@ -123,21 +119,18 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
     )
 
 
+@by_class("diffusers", "CosmosRotaryPosEmbed")
 def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Cosmos's rotary module (float32, per-axis NTK bases), measured over 121 frames of a
     704 x 1280 video at 30 fps and as an image, one axis at a time."""
     name = type(module).__name__
-    if not (name == "CosmosRotaryPosEmbed" and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         axes = (int(m.dim_t), int(m.dim_h), int(m.dim_w))
         ntk = (float(m.t_ntk_factor), float(m.h_ntk_factor), float(m.w_ntk_factor))
         patch, base_fps, largest = tuple(m.patch_size), float(m.base_fps), max(m.max_size)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(
-            name, "not covered: not the attributes of diffusers' CosmosRotaryPosEmbed"
-        )
+        return unlike("CosmosRotaryPosEmbed", "diffusers")
     bases = tuple(10000.0 * f for f in ntk)  # diffusers' own float: 10000.0 * factor
 
     def build(compat: str | None) -> nn.Module | str:
@@ -179,17 +172,16 @@ def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("diffusers", "QwenEmbedRope")
 def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image's rotary module (complex64, float32 angles), measured on a 1328 x 1328
     image (83 x 83 patches) and 1024 text tokens."""
     name = type(module).__name__
-    if not (name == "QwenEmbedRope" and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         theta, axes, scale = float(m.theta), tuple(int(d) for d in m.axes_dim), bool(m.scale_rope)
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, "not covered: not the attributes of diffusers' QwenEmbedRope")
+        return unlike("QwenEmbedRope", "diffusers")
     if len(axes) != 3:
         return left_alone(name, f"not covered: axes_dim {axes} is not three axes")
 
@@ -210,21 +202,18 @@ def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     )
 
 
+@by_class("diffusers", "LTXVideoRotaryPosEmbed")
 def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """LTX-Video's rotary module, measured one axis at a time over a 704 x 1280, 121-frame
     video (16 x 22 x 40 latents) at the pipeline's 25 fps scales."""
     name = type(module).__name__
-    if not (name == "LTXVideoRotaryPosEmbed" and from_library(module, "diffusers")):
-        return None
     m: Any = module
     try:
         dim, theta = int(m.dim), float(m.theta)
         bases = (float(m.base_num_frames), float(m.base_height), float(m.base_width))
         patch = (int(m.patch_size_t), int(m.patch_size), int(m.patch_size))
     except (AttributeError, TypeError, ValueError):
-        return left_alone(
-            name, "not covered: not the attributes of diffusers' LTXVideoRotaryPosEmbed"
-        )
+        return unlike("LTXVideoRotaryPosEmbed", "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is not None and (bases != LTX_BASES or patch != (1, 1, 1)):
@@ -253,22 +242,18 @@ def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("diffusers", "CogView4RotaryPosEmbed", "GlmImageRotaryPosEmbed")
 def cogview4_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """CogView4's and GLM-Image's rotary modules, measured on a 2048 x 2048 image (128 x 128
     patches) and a 300 x 200 one (past CogView4's 256 canvas rows on neither axis)."""
     name = type(module).__name__
-    if not (
-        name in ("CogView4RotaryPosEmbed", "GlmImageRotaryPosEmbed")
-        and from_library(module, "diffusers")
-    ):
-        return None
     m: Any = module
     try:
         dim, patch, theta = int(m.dim), int(m.patch_size), float(m.theta)
         axes = getattr(m, "rope_axes_dim", None)
         canvas = None if axes is None else (int(axes[0]), int(axes[1]))
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of diffusers' {name}")
+        return unlike(name, "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:

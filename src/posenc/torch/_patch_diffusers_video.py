@@ -21,8 +21,8 @@ from posenc.compat import diffusers_video as original
 from posenc.torch._patching import (
     Found,
     Recogniser,
+    by_class,
     covered,
-    is_one_of,
     left_alone,
     readable_theta,
     unlike,
@@ -46,13 +46,12 @@ HUNYUAN_GRIDS = {
 }
 
 
+@by_class("diffusers", *HUNYUAN_GRIDS)
 def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HunyuanImage-2.1's rotary module (float32, computed per call) and Motif-Video's (float64
     frequencies), measured on a 2048 x 2048 image (64 x 64 patches) and a 1280 x 768 one, or a
     33 x 45 x 80 video grid (three axes)."""
     name = type(module).__name__
-    if not is_one_of(module, "diffusers", *HUNYUAN_GRIDS):
-        return None
     m: Any = module
     preset, motif = HUNYUAN_GRIDS[name], name.startswith("Motif")
     try:
@@ -83,12 +82,11 @@ def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     )
 
 
+@by_class("diffusers", "HunyuanVideoFramepackRotaryPosEmbed")
 def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Framepack's rotary module (HunyuanVideo's float32 tables at given frame indices),
     measured over frames 0 … 36 of a 45 x 80 patch grid."""
     name = "HunyuanVideoFramepackRotaryPosEmbed"
-    if not is_one_of(module, "diffusers", name):
-        return None
     m: Any = module
     try:
         p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
@@ -112,13 +110,12 @@ def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | Non
     )
 
 
+@by_class("diffusers", "ChronoEditRotaryPosEmbed")
 def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """ChronoEdit's rotary module: Wan's float32 buffers of rows ``0 … max_seq_len - 1`` per
     axis (float64 angles; float32 on a host with MPS), measured whole. It keeps no theta: the
     one whose tables its buffers hold bit for bit (:func:`readable_theta`)."""
     name = "ChronoEditRotaryPosEmbed"
-    if not is_one_of(module, "diffusers", name):
-        return None
     m: Any = module
     try:
         dim, patch, rows = int(m.attention_head_dim), tuple(m.patch_size), int(m.max_seq_len)
@@ -178,12 +175,11 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     )
 
 
+@by_class("diffusers", "EasyAnimateRotaryPosEmbed")
 def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """EasyAnimate's rotary module (CogVideoX's float32 crop grids), measured on 13 latent
     frames of 512 x 512 and 720 x 1280 videos."""
     name = "EasyAnimateRotaryPosEmbed"
-    if not is_one_of(module, "diffusers", name):
-        return None
     m: Any = module
     try:
         p, dim = int(m.patch_size), int(m.rope_dim)
@@ -207,13 +203,12 @@ def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
 QWEN_VARIANTS = {"QwenEmbedLayer3DRope": "layered", "NucleusMoEEmbedRope": "nucleus"}
 
 
+@by_class("diffusers", *QWEN_VARIANTS)
 def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image-Layered's and NucleusMoE-Image's rotary modules (Qwen-Image's complex64
     tables), measured on 1328 x 1328 images (two layers and the condition for Layered) and
     1024 text tokens."""
     name = type(module).__name__
-    if not is_one_of(module, "diffusers", *QWEN_VARIANTS):
-        return None
     m: Any = module
     try:
         theta, axes, scale = float(m.theta), tuple(int(d) for d in m.axes_dim), bool(m.scale_rope)
@@ -239,12 +234,11 @@ def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     )
 
 
+@by_class("diffusers", "QwenImage21Rope")
 def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image 2.1's rotary module (complex64 rows of positions -1024 … 8191), measured on
     a sequence of 64 text tokens, a 1328 x 1328 image (83 x 83 tokens) and 32 text tokens."""
     name = "QwenImage21Rope"
-    if not is_one_of(module, "diffusers", name):
-        return None
     m: Any = module
     try:
         theta, axes = float(m.theta), tuple(int(d) for d in m.axes_dim)
@@ -269,12 +263,11 @@ def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("diffusers", "HeliosRotaryPosEmbed")
 def helios_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Helios's rotary module (HunyuanVideo's float32 tables at given frame indices, cos then
     sin channels first), measured over frames 0 … 20 of a 30 x 52 patch grid (480p)."""
     name = "HeliosRotaryPosEmbed"
-    if not is_one_of(module, "diffusers", name):
-        return None
     m: Any = module
     try:
         axes, theta = (int(m.DT), int(m.DY), int(m.DX)), float(m.theta)
@@ -338,13 +331,12 @@ def _sana_theta(kept: Any, axes: tuple[int, int, int], rows: int) -> float | str
     )
 
 
+@by_class("diffusers", "SanaWMRotaryPosEmbed", "AnyFlowRotaryPosEmbed")
 def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """SANA-WM's rotary module (Wan's blocks as complex64 rows of float32 angles; it keeps no
     theta: the one its table holds, :func:`_sana_theta`) and AnyFlow's (complex128 rows of
     float64 angles), measured over a 21 x 30 x 52 patch grid (81 frames of 480p)."""
     name = type(module).__name__
-    if not is_one_of(module, "diffusers", "SanaWMRotaryPosEmbed", "AnyFlowRotaryPosEmbed"):
-        return None
     m: Any = module
     sana = name.startswith("Sana")
     try:
@@ -379,16 +371,13 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
     )
 
 
+@by_class("diffusers", "MiniMaxH3RotaryPosEmbed", "MiniMaxH3VideoRotaryPosEmbed")
 def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """MiniMax-H3's rotary module (one float32 ladder shared by t, h, w), measured over the
     positions of a 16 x 45 x 80 grid (61 frames of 720p), and its VAE decoder's (coordinates
     in [-1, 1), 2 pi times a ladder of base 100), over a 31 x 44 x 80 grid (121 frames of
     704 x 1280)."""
     name = type(module).__name__
-    if not is_one_of(
-        module, "diffusers", "MiniMaxH3RotaryPosEmbed", "MiniMaxH3VideoRotaryPosEmbed"
-    ):
-        return None
     m: Any = module
     vae = name == "MiniMaxH3VideoRotaryPosEmbed"
     try:
@@ -441,12 +430,11 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("diffusers", "AnyFlowCausalRotaryPosEmbed")
 def anyflow_far_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """AnyFlow FAR's rotary module (complex128; compressed context frames pooled), measured on
     a 21-frame 480p video (30 x 52 patches, 15 x 26 compressed), 12 frames compressed."""
     name = "AnyFlowCausalRotaryPosEmbed"
-    if not is_one_of(module, "diffusers", name):
-        return None
     m: Any = module
     try:
         dim, rows, theta = int(m.attention_head_dim), int(m.max_seq_len), float(m.theta)

@@ -39,7 +39,7 @@ from posenc.compat import transformers_vision as original
 from posenc.errors import PosencError
 from posenc.torch._gemma4_rope import Gemma4VisionRope
 from posenc.torch._hf_vision_rope import VisionRope
-from posenc.torch._patching import Found, Recogniser, chunks, from_library, left_alone
+from posenc.torch._patching import Found, Recogniser, by_class, chunks, left_alone
 
 QWEN_FORM = (
     "Qwen2VLVisionRotaryEmbedding",
@@ -159,12 +159,11 @@ def _rope_theta(config: Any) -> Any:
     return params.get("rope_theta", getattr(config, "rope_theta", None))
 
 
+@by_class("transformers", *QWEN_FORM)
 def qwen2_vl_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """The Qwen2-VL form (``QWEN_FORM``), measured at the (row, column) ids of a
     ``QWEN_GRID`` image."""
     name = type(module).__name__
-    if not (name in QWEN_FORM and from_library(module, "transformers")):
-        return None
     h, w = QWEN_GRID
     ids = _grid_ids(h, w, "rc", "cpu")
     return _ids_found(
@@ -177,11 +176,10 @@ def qwen2_vl_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found
     )
 
 
+@by_class("transformers", PIXTRAL)
 def pixtral_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Pixtral's, measured at the ids of its ``image_size / patch_size`` grid."""
     name = type(module).__name__
-    if not (name == PIXTRAL and from_library(module, "transformers")):
-        return None
     config = getattr(module, "config", None)
     try:
         n = int(config.image_size) // int(config.patch_size)  # type: ignore[union-attr]
@@ -207,13 +205,12 @@ def _parent(root: nn.Module, path: str) -> nn.Module | None:
         return None
 
 
+@by_class("transformers", *SAM2_FORM)
 def sam2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """SAM 2 video's memory-attention rotary module (EdgeTAM, SAM 3 tracker alike), measured
     at its parent's own ``position_ids`` (and EdgeTAM's ``position_ids_k``), else the
     ``memory_attention_rope_feat_sizes`` grid."""
     name = type(module).__name__
-    if not (name in SAM2_FORM and from_library(module, "transformers")):
-        return None
     config = getattr(module, "config", None)
     parent = _parent(root, path)
     kept = [getattr(parent, k, None) for k in ("position_ids", "position_ids_k")]
@@ -229,12 +226,11 @@ def sam2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return _ids_found(name, module, "sam2", _rope_theta(config), ids, where)
 
 
+@by_class("transformers", SAM3)
 def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """SAM 3's ViT rotary module, inside a ``Sam3ViTLayer`` whose ``position_ids`` (its window
     grid, or the global one, at the window's scale) it is called with: measured at them."""
     name = type(module).__name__
-    if not (name == SAM3 and from_library(module, "transformers")):
-        return None
     parent, config = _parent(root, path), getattr(module, "config", None)
     ids = getattr(parent, "position_ids", None)
     if not isinstance(ids, Tensor) or config is None:
@@ -268,11 +264,10 @@ def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None
     )
 
 
+@by_class("transformers", DINOV3)
 def dinov3_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """DINOv3's rotary module, measured in eval mode (a copy) at its config's image size."""
     name = type(module).__name__
-    if not (name == DINOV3 and from_library(module, "transformers")):
-        return None
     m: Any = module
     form = _buffer_form(name, module, "dinov3", getattr(m, "base", None))
     if isinstance(form, str):
@@ -313,12 +308,11 @@ def _parts(t: Tensor) -> list[Tensor]:
     return [t]
 
 
+@by_class("transformers", LLAMA4)
 def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Llama 4's vision rotary module: its ``freqs_ci`` buffer of the square patch grid and
     the class token, measured whole."""
     name = type(module).__name__
-    if not (name == LLAMA4 and from_library(module, "transformers")):
-        return None
     m: Any = module
     try:
         c = m.config
@@ -416,11 +410,10 @@ def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
     )
 
 
+@by_class("transformers", GEMMA4)
 def gemma4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """transformers' ``Gemma4VisionRotaryEmbedding`` (Gemma 4's vision encoder)."""
     name = type(module).__name__
-    if not (name == GEMMA4 and from_library(module, "transformers")):
-        return None
     config = getattr(module, "config", None)
     kind = (getattr(config, "rope_parameters", None) or {}).get("rope_type")
     if kind != "axial":

@@ -30,7 +30,6 @@ Gemma 4 vision module (:class:`~posenc.torch._gemma4_rope.Gemma4VisionRope`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -38,7 +37,7 @@ from torch import Tensor, nn
 
 from posenc.errors import PosencError
 from posenc.torch._patch_hf_vision import gemma4_found
-from posenc.torch._patching import LEARNED, Found, Recogniser, from_library, left_alone
+from posenc.torch._patching import LEARNED, Found, Recogniser, by_class, left_alone, unlike
 from posenc.torch._timm_mrope import TimmMRopeEmbedding
 from posenc.torch._timm_rope import CAT, DINOV3, TimmRope, TimmRotaryEmbedding
 
@@ -47,10 +46,6 @@ FORMS = {"RotaryEmbeddingCat": "cat", "RotaryEmbedding": "pair"}
 dim]``, or the pair ``(sin, cos)``, each ``[N, dim]``."""
 MEASURED = (32, 32)
 """The grid a module without a cached table is measured on when the model has no patch grid."""
-
-
-def _timm(module: Any, names: Sequence[str]) -> bool:
-    return type(module).__name__ in names and from_library(module, "timm")
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -126,13 +121,12 @@ AUGMENTED = (
 )
 
 
+@by_class("timm", *FORMS)
 def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``RotaryEmbeddingCat`` and ``RotaryEmbedding``: frequency bands over the patch
     indices (EVA-02, RoPE-ViT, Perception Encoder, …), measured over its kept grid, or the
     model's patch grid."""
     name = type(module).__name__
-    if not _timm(module, tuple(FORMS)):
-        return None
     m: Any = module
     try:
         in_pixels, grid_type = bool(m.in_pixels), str(m.grid_type)
@@ -152,7 +146,7 @@ def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         bands, cached = m.bands, bool(m._use_cached_embed)
         kept = (m.pos_embed if rope.form == "cat" else m.pos_embed_sin) if cached else None
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of timm's {name}")
+        return unlike(name, "timm")
     if grid_type != ("pixel" if in_pixels else "index"):
         return left_alone(
             name,
@@ -176,12 +170,11 @@ def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return _found(name, module, root, rope, kept, bands)
 
 
+@by_class("timm", "RotaryEmbeddingDinoV3")
 def rotary_dinov3(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``RotaryEmbeddingDinoV3``: periods over the patch centres in ``[-1, 1]``,
     measured over its kept grid, or the model's patch grid (DINOv3 models size it per call)."""
     name = type(module).__name__
-    if not _timm(module, ("RotaryEmbeddingDinoV3",)):
-        return None
     m: Any = module
     try:
         if m.min_period is not None and m.max_period is not None:
@@ -203,7 +196,7 @@ def rotary_dinov3(path: str, module: nn.Module, root: nn.Module) -> Found | None
         )
         periods, kept = m.periods, m.pos_embed_cached
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of timm's {name}")
+        return unlike(name, "timm")
     if _augmented(m):
         return left_alone(name, AUGMENTED)
     if rope.grid_indexing not in ("ij", "xy") or rope.normalize_coords not in (
@@ -221,26 +214,24 @@ def rotary_dinov3(path: str, module: nn.Module, root: nn.Module) -> Found | None
     return _found(name, module, root, rope, kept, periods)
 
 
+@by_class("timm", "RotaryEmbeddingMixed")
 def rotary_mixed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``RotaryEmbeddingMixed`` (RoPE-Mixed): learned frequencies, left alone."""
-    if not _timm(module, ("RotaryEmbeddingMixed",)):
-        return None
     return left_alone(type(module).__name__, LEARNED)
 
 
+@by_class("timm", "RotaryEmbeddingMRope")
 def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``RotaryEmbeddingMRope`` (GenLIP, NaFlexViT ``rope_type='mrope'``): Qwen3-VL's
     interleaved sections over an image, measured over the model's patch grid."""
     name = type(module).__name__
-    if not _timm(module, ("RotaryEmbeddingMRope",)):
-        return None
     m: Any = module
     try:
         dim, temperature = int(m.dim), float(m.temperature)
         section = tuple(int(s) for s in m.mrope_section)
         indexing, inv_freq = str(m.grid_indexing), m.inv_freq
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of timm's {name}")
+        return unlike(name, "timm")
     if _augmented(m):
         return left_alone(name, AUGMENTED)
     if indexing != "ij" or not isinstance(inv_freq, Tensor):
@@ -278,18 +269,17 @@ def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
+@by_class("timm", "Gemma4RotaryEmbedding2D")
 def rotary_gemma4(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``Gemma4RotaryEmbedding2D`` (``timm.models.gemma4_vit``): transformers' Gemma 4
     vision arithmetic (``[x | x][y | y]``, base 100), the same stand-in as transformers'
     module, measured over the largest image of Gemma 4's processor and padding ids."""
     name = type(module).__name__
-    if not _timm(module, ("Gemma4RotaryEmbedding2D",)):
-        return None
     m: Any = module
     try:
         head_dim, theta, size = int(m.head_dim), float(m.rope_theta), int(m.inv_freq.numel())
     except (AttributeError, TypeError, ValueError):
-        return left_alone(name, f"not covered: not the attributes of timm's {name}")
+        return unlike(name, "timm")
     if 4 * size != head_dim:
         return left_alone(name, f"not covered: inv_freq of {size} for head_dim {head_dim}")
     return gemma4_found(name, module, theta)

@@ -403,10 +403,12 @@ BUFFER_NAMES = ("pos_encoding",)  # CTRL's
 """Attribute names of fixed positional tables besides ``POSITIONAL_NAMES``."""
 _POSITIONAL = re.compile(r"Pos(ition(al)?)?(Embed|Encod)|Sinusoid|TimeEmbedding$")
 RECOGNISERS: tuple[Recogniser, ...] = (
+    fixed_tables.audio_table,
+    fixed_tables.mae,
     rotary,
     fixed_tables.embeddings,
-    fixed_tables.mae,
     detr,
     others,
 )
-"""The transformers recognisers, in the order they are asked (the first answer wins)."""
+"""The transformers recognisers: by class name (found by :func:`posenc.torch._patching.index`)
+and by form (a class name's suffix, a path, an attribute), the latter asked in this order."""

@@ -23,6 +23,7 @@ from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
     Found,
     TableParameter,
+    by_class,
     from_library,
     holds,
     learned,
@@ -246,20 +247,26 @@ def _table(
     )
 
 
+@by_class("transformers", "SinusoidsPositionEmbedding")
+def audio_table(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """The Qwen audio towers' ``SinusoidsPositionEmbedding``: Whisper's sinusoids in a buffer."""
+    name = type(module).__name__
+    table = getattr(module, AudioPositions.TABLE, None)
+    takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
+    if not (isinstance(table, Tensor) and table.ndim == 2 and takes == ("seqlen",)):
+        return unlike(name, "transformers")
+    return one_d(name, table, AudioPositions, "whisper")
+
+
 def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """Whisper's encoder table, Marian's, and fairseq's (M2M100, Speech2Text)."""
+    """Whisper's encoder table (an ``nn.Embedding`` in a transformers encoder, by its path),
+    Marian's, and fairseq's (M2M100, Speech2Text), by their class names' form."""
     name = type(module).__name__
     if type(module) is nn.Embedding and path.endswith("embed_positions") and path != "":
         parent = _parent(root, path)
         if not (from_library(parent, "transformers") and type(parent).__name__.endswith("Encoder")):
             return None
         return one_d(name, module.weight, PositionTable, "whisper")
-    if name == "SinusoidsPositionEmbedding" and from_library(module, "transformers"):
-        table = getattr(module, AudioPositions.TABLE, None)
-        takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
-        if not (isinstance(table, Tensor) and table.ndim == 2 and takes == ("seqlen",)):
-            return unlike(name, "transformers")
-        return one_d(name, table, AudioPositions, "whisper")
     if not (
         from_library(module, "transformers") and name.endswith("SinusoidalPositionalEmbedding")
     ):
@@ -298,14 +305,15 @@ def one_d(name: str, saved: Tensor, cls: type[PositionTable], preset: str, **opt
 # ViT-MAE's fixed 2D table
 
 
+MAE_TABLES = {"ViTMAEEmbeddings": "position_embeddings", "ViTMAEDecoder": "decoder_pos_embed"}
+"""ViT-MAE's classes and the attribute that holds each one's table."""
+
+
+@by_class("transformers", *MAE_TABLES)
 def mae(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """ViT-MAE's ``position_embeddings`` (and its decoder's ``decoder_pos_embed``): a fixed
     ``[1, 1 + H*W, d]`` table, MAE's 2D sin-cos with a class row."""
-    name = type(module).__name__
-    attr = {"ViTMAEEmbeddings": "position_embeddings", "ViTMAEDecoder": "decoder_pos_embed"}
-    if not (from_library(module, "transformers") and name in attr):
-        return None
-    key = attr[name]
+    key = MAE_TABLES[type(module).__name__]
     saved = getattr(module, key, None)
     if not isinstance(saved, nn.Parameter) or saved.ndim != 3:
         return None

@@ -90,6 +90,61 @@ Recogniser = Callable[[str, nn.Module, nn.Module], Found | None]
 """``(path, module, root) -> Found | None``: None when the module is not one it knows."""
 
 
+@dataclass(frozen=True)
+class ByClass:
+    """A recogniser of the modules whose class is one of ``classes``, defined in ``library``
+    (:func:`by_class` makes one): :func:`posenc.torch.patch` finds it by the index of these
+    ``(library, class name)`` pairs (:func:`index`) and asks it first (the recognisers by form
+    only after it, if it says the module is none of its own: a copy of the class elsewhere);
+    called directly, it checks the module's class and library itself."""
+
+    library: str
+    classes: tuple[str, ...]
+    recognise: Recogniser
+
+    def __call__(self, path: str, module: nn.Module, root: nn.Module) -> Found | None:
+        if not is_one_of(module, self.library, *self.classes):
+            return None
+        return self.recognise(path, module, root)
+
+
+def by_class(library: str, *classes: str) -> Callable[[Recogniser], ByClass]:
+    """Decorator: the recogniser knows the modules of these classes of ``library``, and only
+    them (the class and library checks are the index's, not the recogniser's)."""
+
+    def claim(recognise: Recogniser) -> ByClass:
+        return ByClass(library, tuple(classes), recognise)
+
+    return claim
+
+
+def index(recognisers: Iterable[Recogniser | ByClass]) -> dict[tuple[str, str], ByClass]:
+    """The ``(library, class name)`` index of the :class:`ByClass` recognisers; a class that
+    two of them claim is an error (no order decides between them)."""
+    out: dict[tuple[str, str], ByClass] = {}
+    for recogniser in recognisers:
+        if not isinstance(recogniser, ByClass):
+            continue
+        for name in recogniser.classes:
+            key = (recogniser.library, name)
+            if key in out:
+                raise PosencError(
+                    f"{recogniser.library}'s {name} is claimed by two recognisers: "
+                    f"{_named(out[key])} and {_named(recogniser)}"
+                )
+            out[key] = recogniser
+    return out
+
+
+def _named(recogniser: ByClass) -> str:
+    return str(getattr(recogniser.recognise, "__name__", recogniser.recognise))
+
+
+def library_of(module: Any) -> str:
+    """The top package of ``module``'s class (``"transformers"``, ``"diffusers"``, ``"timm"``)."""
+    return type(module).__module__.partition(".")[0]
+
+
 def left_alone(original: str, note: str, attribute: str | None = None) -> Found:
     """A :class:`Found` that replaces nothing, saying why."""
     return Found(original, note=note, attribute=attribute)

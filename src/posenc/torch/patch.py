@@ -22,23 +22,33 @@ from posenc.torch import (
 from posenc.torch._patching import (
     COMPAT,
     EXACT,
+    ByClass,
     Found,
     Recogniser,
     Replacement,
     compare,
     has_meta,
+    index,
     is_posenc,
+    library_of,
 )
 from posenc.torch._placing import placed, put, take_back, unwritable
 
-RECOGNISERS: tuple[Recogniser, ...] = (  # the first answer wins
+RECOGNISERS: tuple[Recogniser, ...] = (
     *_patch_timm.RECOGNISERS,
     *_patch_timm_rope.RECOGNISERS,
-    *_patch_diffusers.RECOGNISERS,  # before transformers' `learned`: any `pos_embed` path
-    *_patch_hf_vision.RECOGNISERS,  # before transformers' `rotary`: any module with a config
-    *_patch_hf_axial.RECOGNISERS,  # after the vision families with a preset of their own
+    *_patch_diffusers.RECOGNISERS,  # before transformers' `others`: any `pos_embed` path
+    *_patch_hf_vision.RECOGNISERS,
+    *_patch_hf_axial.RECOGNISERS,  # the standard axial machinery, before `rotary`'s
     *_patch_transformers.RECOGNISERS,
 )
+"""Every recogniser. A module whose ``(library, class name)`` one of them claims
+(:class:`~posenc.torch._patching.ByClass`) is asked of that one first, by :data:`INDEX`, where
+no order decides; then the recognisers by form (what a module holds or where it sits: timm's
+``pos_embed``, transformers' standard rotary machinery, the catch-alls that report everything
+else), in this order."""
+INDEX = index(RECOGNISERS)
+BY_FORM = tuple(r for r in RECOGNISERS if not isinstance(r, ByClass))
 COLUMNS = ("path", "original", "replacement", "mode", "max diff")
 ORIGINAL = "original"  # unpatch's mode: the original is back
 ON_META = (
@@ -232,7 +242,9 @@ def _check_model(model: Any) -> None:
 
 
 def _recognise(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    for recognise in RECOGNISERS:
+    claimed = INDEX.get((library_of(module), type(module).__name__))
+    asked: tuple[Recogniser, ...] = BY_FORM if claimed is None else (claimed, *BY_FORM)
+    for recognise in asked:
         try:
             found = recognise(path, module, root)
         except NotImplementedError:  # torch's answer to reading a meta tensor's values

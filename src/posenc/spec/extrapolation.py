@@ -1,0 +1,148 @@
+"""The rules of image and video models past their trained size, each applied to one axis' block
+of a grid (its width ``d`` and base): ``(params, d, base, seq_len) -> (omega [d/2] float64,
+attention factor)``, as every rule of :data:`posenc.spec.scaling.RULES` (where they are
+registered, ``origin="vision"``). The catalogue they follow: RIFLEx (Zhao et al., 2025), raw
+and NTK-aware base scaling (diffusers' ``ntk_factor``, Cosmos' ``rope_scale``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from posenc.errors import PosencError
+from posenc.spec.frequencies import paper
+
+Params = dict[str, Any]
+
+
+def ntk(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """Raw NTK: the base times ``factor`` (diffusers' ``ntk_factor``, Lumina-Next, CineScale,
+    I-Max)."""
+    return paper(d, base * p["factor"]), 1.0
+
+
+def ntk_aware(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """NTK-aware (bloc97): the base times ``factor ** (d / (d - 2))``, so the first frequency
+    stays and the last becomes exactly its ``1 / factor`` (Cosmos' ``rope_scale``,
+    HunyuanVideo's ``theta_rescale_factor``)."""
+    if d <= 2:
+        raise PosencError(
+            f"rope_type 'ntk-aware' needs a block wider than 2 (its base is raised to the power "
+            f"d / (d - 2)), got d = {d}"
+        )
+    return paper(d, base * p["factor"] ** (d / (d - 2))), 1.0
+
+
+def riflex_period(omega: float) -> int:
+    """RIFLEx's period of a frequency in frames: ``round(2 pi / omega)``."""
+    return round(2 * math.pi / omega) if omega > 0 else 0
+
+
+def riflex(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """RIFLEx: the intrinsic pair ``k`` (1-based) lowered to ``riflex_scale * 2 pi / length``
+    (``length``: the latent frames at inference), the others kept; only once ``length``
+    passes that pair's period ``round(2 pi / omega)``, unless ``always``."""
+    omega = paper(d, base)
+    k = p["k"]
+    if k > len(omega):
+        raise PosencError(
+            f"`k` of rope_type 'riflex' (the intrinsic pair, 1-based) must be at most d / 2 "
+            f"= {len(omega)} for a block of width {d}, got {k}"
+        )
+    if p["always"] or p["length"] > riflex_period(omega[k - 1]):
+        omega = omega.copy()
+        omega[k - 1] = p["riflex_scale"] * 2 * math.pi / p["length"]
+    return omega, 1.0
+
+
+def _pair_index(d: int, base: float, length: float, rotations: float) -> float:
+    """The (real) pair index at which ``rotations`` turns fit in ``length`` positions:
+    ``d * ln(length / (2 pi rotations)) / (2 ln base)`` (+inf for no rotation)."""
+    if rotations <= 0:
+        return math.inf
+    return d * math.log(length / (2 * math.pi * rotations)) / (2 * math.log(base))
+
+
+def _ramp(d: int, base: float, length: float, fast: float, slow: float) -> np.ndarray:
+    """YaRN's ramp over the ``d / 2`` pairs, from 0 below the pair of ``fast`` rotations to 1
+    past the pair of ``slow`` ones: the range ``(max(floor(c(fast)), 0), min(ceil(c(slow)), d
+    - 1))`` clamped to ``[0, d / 2]`` (0.001 wider when empty)."""
+    n = d // 2
+    at_fast, at_slow = _pair_index(d, base, length, fast), _pair_index(d, base, length, slow)
+    lo = float(max(math.floor(at_fast), 0)) if math.isfinite(at_fast) else float(n)
+    hi = float(min(math.ceil(at_slow), d - 1)) if math.isfinite(at_slow) else float(n)
+    lo, hi = min(max(lo, 0.0), n), min(max(hi, 0.0), n)
+    if lo == hi:
+        hi += 0.001
+    return np.clip((np.arange(n, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+
+
+def _blend(p: Params, d: int, base: float, kappa: float) -> np.ndarray:
+    """Vision YaRN's frequencies, its band thresholds times ``kappa``: the trained ladder below
+    ``gamma_fast`` rotations, NTK-aware up to ``beta_fast``, position interpolation past
+    ``beta_slow``, linear ramps between."""
+    s, length = p["factor"], p["original_max_position_embeddings"]
+    omega = paper(d, base)
+    pi = omega / s
+    ntk_base = base * s ** (d / (d - 2)) if d > 2 else base
+    ntk = paper(d, ntk_base)
+    beta = _ramp(d, base, length, p["beta_fast"] * kappa, p["beta_slow"] * kappa)
+    gamma = _ramp(d, base, length, p["gamma_fast"] * kappa, p["gamma_slow"] * kappa)
+    first = pi * beta + ntk * (1 - beta)
+    blended: np.ndarray = first * gamma + omega * (1 - gamma)
+    return blended
+
+
+def yarn_magnitude(s: float) -> float:
+    """Vision YaRN's magnitude on cos and sin: ``0.1 ln s + 1`` past the trained size."""
+    return 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
+
+
+def vision_yarn(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """Vision YaRN (NTK-by-parts with a middle NTK band; DyPE's code with DyPE off): ``factor``
+    s, ``original_max_position_embeddings`` L the trained extent in tokens, thresholds
+    ``beta_fast`` 1.25, ``beta_slow`` 0.75, ``gamma_fast`` 16, ``gamma_slow`` 2; magnitude
+    ``0.1 ln s + 1``. At s <= 1 the trained ladder."""
+    if p["factor"] <= 1:
+        return paper(d, base), 1.0
+    return _blend(p, d, base, 1.0), yarn_magnitude(p["factor"])
+
+
+def dype(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """DyPE (the official code): vision YaRN with its four thresholds times ``time ** 2``
+    (``time``: 1 pure noise, the ``timestep`` FLUX's pipeline passes), so the table returns to
+    the trained one as the time goes to 0; the magnitude stays ``0.1 ln s + 1``."""
+    if p["factor"] <= 1:
+        return paper(d, base), 1.0
+    return _blend(p, d, base, p["time"] ** 2), yarn_magnitude(p["factor"])
+
+
+def lumina_time(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """Lumina-Next's time-aware scaling: position interpolation (frequencies / ``factor``)
+    while Lumina's time ``1 - time`` is below ``watershed`` (0.3, the original's; diffusers'
+    pipeline defaults to 1.0: always interpolation), raw NTK (base times ``factor``) after."""
+    if 1.0 - p["time"] < p["watershed"]:
+        return paper(d, base) / p["factor"], 1.0
+    return paper(d, base * p["factor"]), 1.0
+
+
+def imax(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """I-Max's NTK clipped by interpolation: ``max((base * ntk_factor) ** (-2j / d), omega_j /
+    factor)`` (``ntk_factor`` 10, ``factor`` the side ratio ``sqrt(image tokens / 4096)``)."""
+    return np.maximum(paper(d, base * p["ntk_factor"]), paper(d, base) / p["factor"]), 1.0
+
+
+def multi_inter(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """UltraImage's ``multi_inter``: position interpolation on the pairs ``freq_id`` (0-based)
+    only (Qwen-Image's rows and columns: [8, 9], ``factor`` side / 1328)."""
+    omega = paper(d, base)
+    pairs = list(p["freq_id"])
+    if max(pairs) >= len(omega):
+        raise PosencError(
+            f"`freq_id` of rope_type 'multi-inter' (0-based pairs) must be below d / 2 = "
+            f"{len(omega)} for a block of width {d}, got {max(pairs)}"
+        )
+    omega[pairs] = omega[pairs] / p["factor"]
+    return omega, 1.0

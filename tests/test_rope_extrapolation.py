@@ -1,0 +1,403 @@
+"""Rules past the trained size, per axis of a grid (issue 36, first step: the rules without a
+time or a magnitude): RIFLEx, raw NTK, NTK-aware and position interpolation, as scaling
+entries of ``posenc.rope_grid`` and ``posenc.rope``, exact against float64 references written
+here from ../shared/ROPE-EXTRAPOLATION.md's formulas, at the catalogue's sizes and odd ones."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc.errors import PosencError
+
+TOL = 6e-8  # the catalogue's bound for m = 1: one float32 rounding of values in [-1, 1]
+
+
+def _ladder(d, base):
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def _grid(shape):
+    return np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(
+        -1, len(shape)
+    )
+
+
+def _interleaved(ids, ladders):
+    """cos, sin of interleaved blocks (diffusers' FLUX, Wan, HunyuanVideo, CogVideoX):
+    block a holds pairs (2j, 2j + 1) at angle ``ids[:, a] * ladders[a][j]``."""
+    angles = np.concatenate([ids[:, [a]] * w[None] for a, w in enumerate(ladders)], axis=1)
+    angles = np.repeat(angles, 2, axis=1)
+    return np.cos(angles), np.sin(angles)
+
+
+def _lowered(d, base, k, length, period, scale=0.9):
+    """The ladder of a ``d``-wide block with RIFLEx's pair ``k`` (1-based), whose period in
+    frames is checked, lowered to ``scale * 2 pi / length``."""
+    ladder = _ladder(d, base)
+    assert round(2 * math.pi / ladder[k - 1]) == period
+    ladder[k - 1] = scale * 2 * math.pi / length
+    return ladder
+
+
+def _check(got, want):
+    for g, w in zip(got, want, strict=True):
+        assert np.abs(np.asarray(g, dtype=np.float64) - w).max() < TOL
+
+
+# ---------------------------------------------------------------------------------------------
+# RIFLEx
+
+
+@pytest.mark.parametrize(
+    ("frames", "length", "k", "lowered"),
+    [(66, 66, 4, True), (61, 66, 4, True), (13, 13, 4, False)],  # 261 f; an odd size; short
+)
+def test_riflex_hunyuan_video(frames, length, k, lowered):
+    """HunyuanVideo 129 -> 261 frames: the temporal block (16 channels, base 256), pair 4
+    (period 50 latent frames) lowered to 0.9 * 2 pi / 66 = 0.08568; below its period, kept."""
+    rule = {"rope_type": "riflex", "k": k, "length": length}
+    shape = (frames, 3, 5)
+    got = posenc.rope_grid(shape, 128, preset="hunyuan-video", scaling=(rule, None, None))
+    t = _lowered(16, 256.0, k, length, period=50) if lowered else _ladder(16, 256.0)
+    assert (t[3] == pytest.approx(0.08568, abs=1e-5)) == (lowered and length == 66)
+    want = _interleaved(
+        _grid(shape).astype(np.float64), [t, _ladder(56, 256.0), _ladder(56, 256.0)]
+    )
+    _check(got, want)
+
+
+def test_riflex_cogvideox_and_wan():
+    """CogVideoX-5B 49 -> 97 frames (L' 25 past pair 2's period 20: lowered to 0.2262); Wan
+    81 -> 161 frames (L' 41, pair 6's period 51 not passed: kept, where a wrapper that skips the
+    guard raises it to 0.1379; ``always`` does that on purpose)."""
+    shape = (25, 2, 3)
+    rule = {"rope_type": "riflex", "k": 2, "length": 25}
+    got = posenc.rope_grid(
+        shape, 64, axes_dim=(16, 24, 24), layout="interleaved", scaling=(rule, None, None)
+    )
+    t = _lowered(16, 1e4, k=2, length=25, period=20)
+    assert t[1] == pytest.approx(0.2262, abs=1e-4)
+    _check(got, _interleaved(_grid(shape).astype(float), [t, _ladder(24, 1e4), _ladder(24, 1e4)]))
+
+    shape = (41, 2, 2)
+    wan = {"axes_dim": (44, 42, 42), "layout": "interleaved"}
+    plain = posenc.rope_grid(shape, 128, **wan)
+    kept = posenc.rope_grid(
+        shape, 128, **wan, scaling=({"rope_type": "riflex", "k": 6, "length": 41}, None, None)
+    )
+    assert np.array_equal(kept[0], plain[0])
+    forced = {"rope_type": "riflex", "k": 6, "length": 41, "always": True}
+    got = posenc.rope_grid(shape, 128, **wan, scaling=(forced, None, None))
+    t = _lowered(44, 1e4, k=6, length=41, period=51)
+    assert t[5] == pytest.approx(0.1379, abs=1e-4)
+    _check(got, _interleaved(_grid(shape).astype(float), [t, _ladder(42, 1e4), _ladder(42, 1e4)]))
+
+
+def test_riflex_on_a_spatial_axis_with_its_own_scale():
+    """UltraImage: pair 10 (0-based 9) of FLUX's rows and columns, 0.85 * 2 pi / 225."""
+    rule = {"rope_type": "riflex", "k": 10, "length": 225, "riflex_scale": 0.85}
+    shape = (1, 7, 9)
+    got = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule))
+    h = _lowered(56, 1e4, k=10, length=225, period=121, scale=0.85)
+    _check(got, _interleaved(_grid(shape).astype(np.float64), [_ladder(16, 1e4), h, h]))
+
+
+# ---------------------------------------------------------------------------------------------
+# NTK (raw and NTK-aware) and position interpolation
+
+
+def test_ntk_aware_is_cosmos_per_axis_base():
+    """Cosmos-2 Text2Image: rope_scale (1, 4, 4) on blocks (44, 42, 42) gives the h and w
+    base 10000 * 4 ** (42 / 40) = 42870.94; the last frequency becomes exactly 1 / 4 of its
+    own, the first stays."""
+    shape = (2, 9, 11)
+    aware = {"rope_type": "ntk-aware", "factor": 4.0}
+    got = posenc.rope_grid(
+        shape, 128, axes_dim=(44, 42, 42), layout="halves", scaling=(None, aware, aware)
+    )
+    b = 1e4 * 4.0 ** (42 / 40)
+    assert b == pytest.approx(42870.94, abs=0.01)
+    ladders = [_ladder(44, 1e4), _ladder(42, b), _ladder(42, b)]
+    assert ladders[1][-1] == pytest.approx(_ladder(42, 1e4)[-1] / 4, rel=1e-14)
+    angles = np.concatenate([_grid(shape)[:, [a]] * w[None] for a, w in enumerate(ladders)], 1)
+    want = np.cos(np.concatenate([angles, angles], 1)), np.sin(np.concatenate([angles, angles], 1))
+    _check(got, want)
+
+
+@pytest.mark.parametrize(
+    ("rule", "ladder"),
+    [
+        ({"rope_type": "ntk", "factor": 20.0}, lambda d: _ladder(d, 1e4 * 20.0)),  # CineScale
+        ({"rope_type": "linear", "factor": 4.0}, lambda d: _ladder(d, 1e4) / 4.0),  # PI
+    ],
+)
+def test_raw_ntk_and_interpolation_on_the_spatial_axes(rule, ladder):
+    """Wan at 1088 x 1920 with CineScale's raw NTK (base x 20 on h and w); FLUX at 4096^2 with
+    position interpolation (frequencies / 4) on h and w: 256 x 256 tokens, an odd crop of them."""
+    shape = (1, 13, 17)
+    got = posenc.rope_grid(
+        shape, 128, preset="flux", scaling=(None, rule, rule), start=(0, 240, 240)
+    )
+    ids = _grid(shape).astype(np.float64) + np.array([0, 240, 240])
+    _check(got, _interleaved(ids, [_ladder(16, 1e4), ladder(56), ladder(56)]))
+
+
+def test_one_rule_for_every_axis_and_rope_of_ids():
+    """One dict scales every block; ``posenc.rope`` takes the same per block, on ids."""
+    rule = {"rope_type": "ntk", "factor": 3.0}
+    shape = (5, 6)
+    cos, _ = posenc.rope_grid(shape, 64, axes_dim=(32, 32), layout="interleaved", scaling=rule)
+    want, _ = _interleaved(_grid(shape).astype(np.float64), [_ladder(32, 3e4), _ladder(32, 3e4)])
+    assert np.abs(cos - want).max() < TOL
+    ids = _grid(shape)
+    both = posenc.rope(ids, 64, axes_dim=(32, 32), layout="interleaved", scaling=(rule, rule))
+    assert np.array_equal(both[0], cos)
+    one = posenc.rope(ids, 64, axes_dim=(32, 32), layout="interleaved", scaling=(None, rule))
+    want, _ = _interleaved(ids.astype(np.float64), [_ladder(32, 1e4), _ladder(32, 3e4)])
+    assert np.abs(one[0] - want).max() < TOL
+
+
+def test_the_rule_follows_the_grid_axis_not_the_block():
+    """``block_axes=(1, 0)``: the first block encodes the columns; a rule given for grid axis
+    0 (the rows) scales the second block."""
+    rule = {"rope_type": "linear", "factor": 2.0}
+    shape = (4, 6)
+    cos, _ = posenc.rope_grid(
+        shape, 32, axes_dim=(16, 16), layout="interleaved", block_axes=(1, 0), scaling=(rule, None)
+    )
+    ids = _grid(shape).astype(np.float64)[:, ::-1]  # block 0: columns, block 1: rows
+    want, _ = _interleaved(ids, [_ladder(16, 1e4), _ladder(16, 1e4) / 2])
+    assert np.abs(cos - want).max() < TOL
+
+
+# ---------------------------------------------------------------------------------------------
+# refusals, before any work
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        (
+            {"scaling": ({"rope_type": "riflex", "k": 9, "length": 66}, None, None)},
+            ("`k`", "riflex", "8", "9"),
+        ),
+        (
+            {"scaling": ({"rope_type": "riflex", "k": 4}, None, None)},
+            ("scaling[0]['length']", "required"),
+        ),
+        (
+            {"scaling": ({"rope_type": "riflex", "k": 0, "length": 66}, None, None)},
+            ("scaling[0]['k']", "0"),
+        ),
+        (
+            {"scaling": ({"rope_type": "ntk-aware", "factor": -1.0}, None, None)},
+            ("scaling[0]['factor']", "-1.0"),
+        ),
+        ({"scaling": (None, None)}, ("`scaling`", "3", "got 2")),
+        (
+            {"scaling": ({"rope_type": "ntk", "factor": 2.0, "rope_theta": 5.0}, None, None)},
+            ("scaling[0]", "rope_theta"),
+        ),
+        (
+            {"scaling": ({"rope_type": "ntk", "factor": 2.0}, None, None), "compat": "diffusers"},
+            ("`compat`", "scaling"),
+        ),
+    ],
+)
+def test_bad_rules_are_refused_naming_the_key(kwargs, words):
+    with pytest.raises(PosencError) as err:
+        posenc.rope_grid((66, 4, 4), 128, preset="hunyuan-video", **kwargs)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_vision_rules_are_not_transformers_rope_types():
+    with pytest.raises(PosencError, match="has no rule 'ntk'"):
+        posenc.rope(
+            np.arange(8), 64, scaling={"rope_type": "ntk", "factor": 2.0}, compat="transformers"
+        )
+    with pytest.raises(PosencError, match="needs one block per axis"):
+        posenc.rope(np.arange(8), 64, scaling=({"rope_type": "ntk", "factor": 2.0},))
+
+
+# ---------------------------------------------------------------------------------------------
+# vision YaRN and DyPE: three bands, a magnitude on the rows and columns only
+
+
+def _c(r, d=56, base=1e4, length=64):
+    """The catalogue's c(r): the real pair index at which r rotations fit in L tokens."""
+    return d * math.log(length / (2 * math.pi * r)) / (2 * math.log(base))
+
+
+def _band(r0, r1, d=56, base=1e4, length=64):
+    n = d // 2
+    lo = min(max(math.floor(_c(r0, d, base, length)), 0), n)
+    hi = min(max(min(math.ceil(_c(r1, d, base, length)), d - 1), 0), n)
+    return lo, hi
+
+
+def _yarn_ladder(s, kappa=1.0, d=56, base=1e4, length=64):
+    """The catalogue's vision YaRN: omega^pi = omega / s, omega^ntk the NTK-aware ladder,
+    blended by the beta ramp, then with the trained ladder by the gamma ramp."""
+    j = np.arange(d // 2, dtype=np.float64)
+    omega = _ladder(d, base)
+
+    def ramp(r0, r1):
+        lo, hi = _band(r0 * kappa, r1 * kappa, d, base, length)
+        hi = hi + 0.001 if lo == hi else hi
+        return np.clip((j - lo) / (hi - lo), 0, 1)
+
+    rb, rg = ramp(1.25, 0.75), ramp(16, 2)
+    first = omega / s * rb + _ladder(d, base * s ** (d / (d - 2))) * (1 - rb)
+    return first * rg + omega * (1 - rg)
+
+
+def test_the_bands_are_the_catalogues():
+    """FLUX (d 56, base 1e4, L 64): c(16) = -1.4, c(2) = 4.95, c(1.25) = 6.38, c(1) = 7.06,
+    c(0.75) = 7.93; DyPE's ranges at 4096^2 for t = 1, 0.5, 0.1 (beta | gamma): (6, 8 | 0, 5),
+    (10, 13 | 2, 10), (20, 22 | 12, 19)."""
+    got = [_c(r) for r in (16, 2, 1.25, 1, 0.75)]
+    assert got == pytest.approx([-1.4, 4.95, 6.38, 7.06, 7.93], abs=0.05)
+    for t, beta, gamma in (
+        (1.0, (6, 8), (0, 5)),
+        (0.5, (10, 13), (2, 10)),
+        (0.1, (20, 22), (12, 19)),
+    ):
+        k = t * t
+        assert (_band(1.25 * k, 0.75 * k), _band(16 * k, 2 * k)) == (beta, gamma)
+
+
+@pytest.mark.parametrize(
+    ("rule", "kappa"),
+    [
+        ({"rope_type": "vision-yarn"}, 1.0),
+        ({"rope_type": "dype", "time": 1.0}, 1.0),
+        ({"rope_type": "dype", "time": 0.5}, 0.25),
+        ({"rope_type": "dype", "time": 0.05}, 0.0025),
+    ],
+)
+def test_vision_yarn_and_dype_on_flux_at_4096(rule, kappa):
+    """FLUX.1 at 4096 x 4096 (s = 4 on rows and columns, L = 64): the rule's ladder on h and
+    w, their cos and sin times m = 0.1 ln 4 + 1 = 1.1386, the frame axis untouched."""
+    rule = {**rule, "factor": 4.0, "original_max_position_embeddings": 64}
+    shape = (1, 5, 7)
+    start = (0, 190, 249)  # the far corner of the 256 x 256 tokens, an odd crop
+    got = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule), start=start)
+    m = 0.1 * math.log(4.0) + 1
+    assert m == pytest.approx(1.1386, abs=1e-4)
+    hw = _yarn_ladder(4.0, kappa)
+    ids = _grid(shape).astype(np.float64) + np.array(start)
+    cos, sin = _interleaved(ids, [_ladder(16, 1e4), hw, hw])
+    scale = np.concatenate([np.ones(16), np.full(112, m)])
+    for g, w in zip(got, (cos * scale, sin * scale), strict=True):
+        assert np.abs(g.astype(np.float64) - w).max() < TOL * m
+
+
+def test_dype_tends_to_the_trained_ladder():
+    """At t = 0 every band sits past the last pair: the trained frequencies (the magnitude
+    stays, as in DyPE's code); the official code divides by zero there."""
+    rule = {"rope_type": "dype", "time": 0.0, "factor": 4.0, "original_max_position_embeddings": 64}
+    got, _ = posenc.rope_grid((1, 3, 3), 128, preset="flux", scaling=(None, rule, rule))
+    plain, _ = posenc.rope_grid((1, 3, 3), 128, preset="flux")
+    m = 0.1 * math.log(4.0) + 1
+    ladders = [_ladder(16, 1e4), _ladder(56, 1e4), _ladder(56, 1e4)]
+    want, _ = _interleaved(_grid((1, 3, 3)).astype(np.float64), ladders)
+    assert np.abs(got[:, 16:] - want[:, 16:] * m).max() < TOL * m
+    assert np.array_equal(got[:, :16], plain[:, :16])
+
+
+def test_a_time_rule_needs_its_time():
+    rule = {"rope_type": "dype", "factor": 4.0, "original_max_position_embeddings": 64}
+    with pytest.raises(PosencError, match=r"scaling\[1\]\['time'\]` is required"):
+        posenc.rope_grid((1, 3, 3), 128, preset="flux", scaling=(None, rule, rule))
+    late = {"rope_type": "lumina-time", "factor": 2.0, "time": 1.5}
+    with pytest.raises(PosencError, match=r"\[0, 1\]"):
+        posenc.rope_grid((3, 3), 64, axes_dim=(32, 32), scaling=late)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lumina-Next's switch, I-Max's clip, UltraImage's multi_inter
+
+
+@pytest.mark.parametrize(
+    ("time", "watershed", "interpolated"), [(0.9, 0.3, True), (0.5, 0.3, False), (0.5, 1.0, True)]
+)
+def test_lumina_time(time, watershed, interpolated):
+    """Lumina time 1 - t below the watershed: interpolation (frequencies / s), else raw NTK
+    (base * s); diffusers' default watershed 1.0 always interpolates."""
+    rule = {"rope_type": "lumina-time", "factor": 2.0, "time": time, "watershed": watershed}
+    shape = (6, 5)
+    cos, _ = posenc.rope_grid(shape, 72, axes_dim=(36, 36), layout="interleaved", scaling=rule)
+    one = _ladder(36, 1e4) / 2 if interpolated else _ladder(36, 2e4)
+    want, _ = _interleaved(_grid(shape).astype(np.float64), [one, one])
+    assert np.abs(cos - want).max() < TOL
+
+
+def test_imax_and_multi_inter():
+    """I-Max at 4096^2 (s_I = 4, alpha 10): NTK for the high pairs, interpolation below;
+    multi_inter on Qwen-Image's rows and columns: pairs 8 and 9 only, s = 4096 / 1328."""
+    shape = (1, 4, 6)
+    ids = _grid(shape).astype(np.float64) + np.array([0, 100, 150])
+    rule = {"rope_type": "imax", "factor": 4.0}
+    cos, _ = posenc.rope_grid(shape, 128, preset="flux", scaling=rule, start=(0, 100, 150))
+    clip = [np.maximum(_ladder(d, 1e5), _ladder(d, 1e4) / 4) for d in (16, 56, 56)]
+    switch = np.flatnonzero(_ladder(56, 1e5) < _ladder(56, 1e4) / 4)[0]
+    assert switch == 17  # NTK for j <= 16, interpolation from 17 on
+    assert np.abs(cos - _interleaved(ids, clip)[0]).max() < TOL
+
+    s = 4096 / 1328
+    rule = {"rope_type": "multi-inter", "factor": s, "freq_id": [8, 9]}
+    cos, _ = posenc.rope_grid((5, 5), 64, axes_dim=(32, 32), layout="interleaved", scaling=rule)
+    ladder = _ladder(32, 1e4)
+    ladder[[8, 9]] /= s
+    assert (
+        np.abs(cos - _interleaved(_grid((5, 5)).astype(np.float64), [ladder, ladder])[0]).max()
+        < TOL
+    )
+    with pytest.raises(PosencError, match=r"`freq_id`.*16.*got 16"):
+        posenc.rope_grid((5, 5), 64, axes_dim=(32, 32), scaling={**rule, "freq_id": [16]})
+
+
+# ---------------------------------------------------------------------------------------------
+# the float32-only evaluator (MPS, exported graphs)
+
+
+@pytest.mark.parametrize(
+    ("shape", "preset", "rule", "start"),
+    [
+        (
+            (1, 8, 256),
+            "flux",
+            (
+                None,
+                *[
+                    {
+                        "rope_type": "vision-yarn",
+                        "factor": 4.0,
+                        "original_max_position_embeddings": 64,
+                    }
+                ]
+                * 2,
+            ),
+            (0, 248, 0),
+        ),
+        (
+            (66, 2, 80),
+            "hunyuan-video",
+            ({"rope_type": "riflex", "k": 4, "length": 66}, None, None),
+            (0, 0, 0),
+        ),
+    ],
+)
+def test_the_float32_only_evaluator_keeps_the_rules(shape, preset, rule, start):
+    """FLUX at 4096^2 (the last rows of 256 x 256, vision YaRN), HunyuanVideo at 261 frames
+    (RIFLEx): without float64, within 1e-6 of the exact tables."""
+    exact = posenc.rope_grid(shape, 128, preset=preset, scaling=rule, start=start)
+    with posenc.float32_only():
+        low = posenc.rope_grid(shape, 128, preset=preset, scaling=rule, start=start)
+    for a, b in zip(exact, low, strict=True):
+        assert 0 < np.abs(a.astype(np.float64) - b).max() < 1e-6
