@@ -1,6 +1,7 @@
 """The patch contract, in one place for every family's tests: on a small random-weight model,
 ``patch(compat="original")`` replaces exactly the positional modules and leaves every output
-``torch.equal`` (float32, and after ``.to(torch.bfloat16)``); ``patch(model)`` switches them to
+``torch.equal`` (float32, bfloat16 activations on the float32 model, and after
+``.to(torch.bfloat16)``); ``patch(model)`` switches them to
 exact, which the family's float64 reference checks; the original checkpoint loads into the
 patched model with ``strict=True`` and the patched model's into the original class; patching
 twice is a no-op."""
@@ -31,7 +32,8 @@ def check_patch_contract(
         paths: the modules ``patch`` must replace, as the report names them.
         outputs: ``(model, dtype) -> tensors`` compared with ``torch.equal`` between the
             unpatched and the compat-patched model (the model's forward, or its positional
-            modules' tables on the family's positions), in ``dtype`` (float32, bfloat16).
+            modules' tables on the family's positions), for activations of ``dtype``
+            (float32, bfloat16).
         exact: ``(original, patched) -> None``: asserts the exact tables against the
             family's float64 reference (written in the test, from the formula).
         bf16: also compare after ``.to(torch.bfloat16)``.
@@ -40,6 +42,7 @@ def check_patch_contract(
     report = patch(model, compat="original")
     assert sorted(r.path for r in report.replaced) == sorted(paths), str(report)
     _same(outputs(original, torch.float32), outputs(model, torch.float32))
+    _same(outputs(original, torch.bfloat16), outputs(model, torch.bfloat16))  # bf16 activations
     if bf16:
         low = copy.deepcopy(original).to(torch.bfloat16)
         want = list(outputs(low, torch.bfloat16))

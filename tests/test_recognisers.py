@@ -87,3 +87,16 @@ def test_the_claimed_recogniser_is_asked_first_and_checks_its_class():
 def _diffusers_timesteps():
     diffusers = pytest.importorskip("diffusers")
     return diffusers.models.embeddings.Timesteps(32, True, 0)
+
+
+def test_a_claimed_class_of_another_form_falls_through_to_the_forms():
+    """diffusers' ``PatchEmbed`` is claimed, but one defined in another diffusers module is a
+    copy of another form: its recogniser says nothing and the catch-all reports its table."""
+    copy_class = type("PatchEmbed", (torch.nn.Module,), {"__module__": "diffusers.models.copies"})
+    module = copy_class()
+    module.register_buffer("pos_embed", torch.zeros(1, 16, 8))
+    assert (library_of(module), "PatchEmbed") in patch_module.INDEX
+    found = patch_module._recognise("x", module, torch.nn.Module())
+    assert found is not None
+    assert found.note.startswith("not covered yet: PatchEmbed's fixed table")
+    assert found.attribute == "pos_embed"

@@ -1,7 +1,8 @@
-"""Rules past the trained size, per axis of a grid (issue 36, first step: the rules without a
-time or a magnitude): RIFLEx, raw NTK, NTK-aware and position interpolation, as scaling
-entries of ``posenc.rope_grid`` and ``posenc.rope``, exact against float64 references written
-here from ../shared/ROPE-EXTRAPOLATION.md's formulas, at the catalogue's sizes and odd ones."""
+"""Rules past the trained size, per axis of a grid (issue 36): RIFLEx, raw NTK, NTK-aware,
+position interpolation, I-Max, multi_inter, vision YaRN, DyPE and Lumina-Next's switch, as
+scaling entries of ``posenc.rope_grid`` and ``posenc.rope``, exact against float64 references
+written here from the catalogue's formulas (ROPE-EXTRAPOLATION.md beside the project), at the
+catalogue's sizes and odd ones."""
 
 from __future__ import annotations
 
@@ -136,8 +137,8 @@ def test_ntk_aware_is_cosmos_per_axis_base():
     ],
 )
 def test_raw_ntk_and_interpolation_on_the_spatial_axes(rule, ladder):
-    """Wan at 1088 x 1920 with CineScale's raw NTK (base x 20 on h and w); FLUX at 4096^2 with
-    position interpolation (frequencies / 4) on h and w: 256 x 256 tokens, an odd crop of them."""
+    """CineScale's raw NTK (base x 20 on h and w) and position interpolation (frequencies / 4),
+    on FLUX's rows and columns at 4096^2: an odd crop of its 256 x 256 tokens."""
     shape = (1, 13, 17)
     got = posenc.rope_grid(
         shape, 128, preset="flux", scaling=(None, rule, rule), start=(0, 240, 240)
@@ -258,14 +259,16 @@ def _yarn_ladder(s, kappa=1.0, d=56, base=1e4, length=64):
 
 def test_the_bands_are_the_catalogues():
     """FLUX (d 56, base 1e4, L 64): c(16) = -1.4, c(2) = 4.95, c(1.25) = 6.38, c(1) = 7.06,
-    c(0.75) = 7.93; DyPE's ranges at 4096^2 for t = 1, 0.5, 0.1 (beta | gamma): (6, 8 | 0, 5),
-    (10, 13 | 2, 10), (20, 22 | 12, 19)."""
+    c(0.75) = 7.93; DyPE's ranges at 4096^2 for t = 1, 0.5, 0.1, 0.05 (beta | gamma): (6, 8 |
+    0, 5), (10, 13 | 2, 10), (20, 22 | 12, 19), (24, 27 | 16, 24): the bands of the reference
+    the tables are checked against below."""
     got = [_c(r) for r in (16, 2, 1.25, 1, 0.75)]
     assert got == pytest.approx([-1.4, 4.95, 6.38, 7.06, 7.93], abs=0.05)
     for t, beta, gamma in (
         (1.0, (6, 8), (0, 5)),
         (0.5, (10, 13), (2, 10)),
         (0.1, (20, 22), (12, 19)),
+        (0.05, (24, 27), (16, 24)),
     ):
         k = t * t
         assert (_band(1.25 * k, 0.75 * k), _band(16 * k, 2 * k)) == (beta, gamma)
@@ -277,6 +280,7 @@ def test_the_bands_are_the_catalogues():
         ({"rope_type": "vision-yarn"}, 1.0),
         ({"rope_type": "dype", "time": 1.0}, 1.0),
         ({"rope_type": "dype", "time": 0.5}, 0.25),
+        ({"rope_type": "dype", "time": 0.1}, 0.01),
         ({"rope_type": "dype", "time": 0.05}, 0.0025),
     ],
 )
@@ -401,3 +405,59 @@ def test_the_float32_only_evaluator_keeps_the_rules(shape, preset, rule, start):
         low = posenc.rope_grid(shape, 128, preset=preset, scaling=rule, start=start)
     for a, b in zip(exact, low, strict=True):
         assert 0 < np.abs(a.astype(np.float64) - b).max() < 1e-6
+
+
+def test_the_time_keyword_reaches_the_rules_that_read_it():
+    """``time=`` goes to each rule that follows the diffusion and has no time of its own; a
+    time no rule reads is refused."""
+    rule = {"rope_type": "dype", "factor": 4.0, "original_max_position_embeddings": 64}
+    given = posenc.rope_grid((1, 4, 4), 128, preset="flux", scaling=(None, rule, rule), time=0.3)
+    own = {**rule, "time": 0.3}
+    inside = posenc.rope_grid((1, 4, 4), 128, preset="flux", scaling=(None, own, own))
+    assert np.array_equal(given[0], inside[0])
+    other = posenc.rope_grid((1, 4, 4), 128, preset="flux", scaling=(None, rule, rule), time=0.9)
+    assert not np.array_equal(given[0], other[0])
+    with pytest.raises(PosencError, match="`time` is read by the rules that follow"):
+        posenc.rope_grid((1, 4, 4), 128, preset="flux", time=0.3)
+
+
+def test_riflex_at_its_period_keeps_the_ladder():
+    """RIFLEx engages past the period, not at it: 50 latent frames on HunyuanVideo (pair 4's
+    period) keep the trained ladder; 51 lower it."""
+    rule = {"rope_type": "riflex", "k": 4}
+    plain = posenc.rope_grid((51, 1, 1), 128, preset="hunyuan-video")
+    at = posenc.rope_grid(
+        (51, 1, 1), 128, preset="hunyuan-video", scaling=({**rule, "length": 50}, None, None)
+    )
+    past = posenc.rope_grid(
+        (51, 1, 1), 128, preset="hunyuan-video", scaling=({**rule, "length": 51}, None, None)
+    )
+    assert np.array_equal(at[0], plain[0])
+    assert not np.array_equal(past[0], plain[0])
+
+
+def test_lumina_time_within_the_trained_size_keeps_the_ladder():
+    rule = {"rope_type": "lumina-time", "factor": 0.5, "time": 1.0}
+    plain = posenc.rope_grid((4, 4), 64, axes_dim=(32, 32))
+    assert np.array_equal(
+        posenc.rope_grid((4, 4), 64, axes_dim=(32, 32), scaling=rule)[0], plain[0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("scaling", "words"),
+    [
+        ((None,) * 4, ("`scaling`", "3", "got 4")),
+        (
+            (None, {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 8}, None),
+            ("scaling[1]", "'dynamic'", "sequence length"),
+        ),
+    ],
+)
+def test_per_axis_refusals(scaling, words):
+    """A tuple longer than the axes, and a rule that reads the sequence length (one axis of a
+    grid has none): refused, naming them."""
+    with pytest.raises(PosencError) as err:
+        posenc.rope_grid((2, 3, 3), 128, preset="flux", scaling=scaling)
+    for word in words:
+        assert word in str(err.value)

@@ -25,6 +25,7 @@ from posenc.evaluate.libs import is_torch
 from posenc.evaluate.positions import Progression, grid_shape
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.rotary import Rotary, rotary, with_axes_scaling
+from posenc.spec.scaling import timed
 
 if TYPE_CHECKING:
     from posenc._types import Tensor, TorchDType
@@ -43,6 +44,7 @@ def rope_grid(
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
     scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
+    time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -67,6 +69,7 @@ def rope_grid(
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
     scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
+    time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -91,6 +94,7 @@ def rope_grid(
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
     scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
+    time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -115,6 +119,7 @@ def rope_grid(
     axes_scale: tuple[float, ...] | None = ...,
     axes_base: tuple[float, ...] | None = ...,
     scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
+    time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
     step: float | Sequence[float] | None = ...,
@@ -138,6 +143,7 @@ def rope_grid(
     axes_scale: tuple[float, ...] | None = None,
     axes_base: tuple[float, ...] | None = None,
     scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    time: float | None = None,
     block_axes: tuple[int, ...] | None = None,
     start: float | Sequence[float] | None = None,
     step: float | Sequence[float] | None = None,
@@ -182,6 +188,9 @@ def rope_grid(
             the axes it is given for), ``"dype"`` and ``"lumina-time"`` (with ``"time"``: 1
             pure noise), and transformers' rules (docs: *Beyond the trained size*). Exact: the
             rule's float64 frequencies and magnitude, rounded once with the table.
+        time: the diffusion time (1: pure noise, 0: the clean image) for the rules that
+            follow it (``"dype"``, ``"lumina-time"``), which refuse to run without one: given
+            to each that has no ``"time"`` of its own.
         block_axes: the grid axis each block encodes (default: block ``a`` encodes axis
             ``a``; ``(1, 0)``: the column block first).
         start: the position of each axis's first row (one value, or one per axis; default 0,
@@ -222,6 +231,7 @@ def rope_grid(
         >>> cos, sin = posenc.rope_grid((32, 24), 88, preset="hunyuan-dit",
         ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
     """
+    scaling = timed(scaling, time)
     per_axis = scaling if isinstance(scaling, list | tuple) else None
     r = rotary(
         dim,
@@ -243,7 +253,7 @@ def rope_grid(
     dims = grid_shape(shape, k, axes=grid_axes_rule(r))
     read = block_axes_of(block_axes, preset, k)  # the grid axis of each block
     if per_axis is not None:  # one rule per grid axis, to the block that encodes it
-        r = with_axes_scaling(r, per_axis, [read.index(g) for g in range(len(per_axis))])
+        r = with_axes_scaling(r, per_axis, [read.index(g) for g in range(k)])
     recipe = get_rotary_preset(preset).positions if preset is not None else None
     if recipe is not None and crop is None:  # the family's coordinates, where none are given
         own_start, own_step = recipe(dims)

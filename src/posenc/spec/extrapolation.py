@@ -122,7 +122,10 @@ def dype(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarra
 def lumina_time(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
     """Lumina-Next's time-aware scaling: position interpolation (frequencies / ``factor``)
     while Lumina's time ``1 - time`` is below ``watershed`` (0.3, the original's; diffusers'
-    pipeline defaults to 1.0: always interpolation), raw NTK (base times ``factor``) after."""
+    pipeline defaults to 1.0: always interpolation), raw NTK (base times ``factor``) after; at
+    ``factor`` <= 1 (within the trained size) the trained ladder, as the original."""
+    if p["factor"] <= 1:  # within the trained size: the original does not extrapolate
+        return paper(d, base), 1.0
     if 1.0 - p["time"] < p["watershed"]:
         return paper(d, base) / p["factor"], 1.0
     return paper(d, base * p["factor"]), 1.0

@@ -279,6 +279,11 @@ def with_axes_scaling(r: Rotary, scaling: Any, order: Any = None) -> Rotary:
         )
     parsed = [parse_scaling(v, f"scaling[{i}]") for i, v in enumerate(scaling)]
     for i, one in enumerate(parsed):
+        if one.rule.uses_seq_len:
+            raise PosencError(
+                f"`scaling[{i}]`: rope_type {one.rope_type!r} reads the sequence length, which "
+                "one axis of a grid does not have: give it for the whole table"
+            )
         keys = [k for k, _ in one.shared if k not in ("rope_type", "type")]
         if keys:
             raise PosencError(

@@ -366,3 +366,25 @@ def parse_scaling(scaling: Any, name: str = "scaling") -> Scaling:
     shared = tuple((k, scaling[k]) for k in SHARED if k in scaling and k not in params)
     shared = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in shared)  # frozen
     return Scaling(kind, tuple(sorted(params.items())), shared)
+
+
+def timed(scaling: Any, time: Any) -> Any:
+    """``scaling`` (a rule, or one per axis) with the diffusion ``time`` (1: pure noise) given
+    to each rule that reads it and has none; ``time`` None: ``scaling`` as it is. A time that
+    no rule reads is an error (it would change nothing)."""
+    if time is None:
+        return scaling
+    rules = scaling if isinstance(scaling, list | tuple) else (scaling,)
+
+    def reads(rule: Any) -> bool:
+        kind = rule.get("rope_type", rule.get("type")) if isinstance(rule, Mapping) else None
+        return isinstance(kind, str) and kind in RULES and "time" in RULES[kind].required
+
+    if not any(reads(r) for r in rules):
+        raise PosencError(
+            f"`time` is read by the rules that follow the diffusion "
+            f"({', '.join(n for n, r in RULES.items() if 'time' in r.required)}); "
+            f"`scaling` has none, got time={show(time)}"
+        )
+    given = [{"time": time, **r} if reads(r) else r for r in rules]
+    return type(scaling)(given) if isinstance(scaling, list | tuple) else given[0]

@@ -371,7 +371,7 @@ def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     try:
         theta, axes = m.theta, tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
-        return unlike("FluxPosEmbed", "diffusers")
+        return unlike(name, "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:

@@ -40,7 +40,7 @@ def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         saved = (m.freqs_cos, m.freqs_sin)
         axes = (int(m.t_dim), int(m.h_dim), int(m.w_dim))
     except (AttributeError, TypeError, ValueError):
-        return unlike("WanRotaryPosEmbed", "diffusers")
+        return unlike(name, "diffusers")
     if saved[0].is_meta:
         return left_alone(name, "its tables are on the meta device: load the model first")
     mode = "diffusers-mps" if torch.backends.mps.is_available() else "diffusers"
@@ -80,7 +80,7 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
         axes = tuple(int(d) for d in m.rope_dim)
         p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
     except (AttributeError, TypeError, ValueError):
-        return unlike("HunyuanVideoRotaryPosEmbed", "diffusers")
+        return unlike(name, "diffusers")
     if len(axes) != 3:
         return left_alone(name, f"not covered: rope_dim {axes} is not three axes")
 
