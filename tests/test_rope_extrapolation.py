@@ -461,3 +461,32 @@ def test_per_axis_refusals(scaling, words):
         posenc.rope_grid((2, 3, 3), 128, preset="flux", scaling=scaling)
     for word in words:
         assert word in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("preset_kwargs", "repeats_at", "k"),
+    [
+        ({"preset": "hunyuan-video"}, 48, 4),  # periods 6, 13, 25, 50, ...: repeats seen at 48
+        ({"axes_dim": (16, 24, 24), "layout": "interleaved"}, 20, 2),  # CogVideoX-5B
+        ({"axes_dim": (44, 42, 42), "layout": "interleaved"}, 51, 6),  # Wan
+    ],
+)
+def test_riflex_finds_its_pair_from_where_the_video_repeats(preset_kwargs, repeats_at, k):
+    """The catalogue's identify_k: the pair whose period round(2 pi / omega) is nearest the
+    frame where repetition is first seen: HunyuanVideo 4, CogVideoX 2, Wan 6."""
+    d, base = (16, 256.0) if "preset" in preset_kwargs else (preset_kwargs["axes_dim"][0], 1e4)
+    periods = [round(2 * math.pi / w) for w in _ladder(d, base)]
+    gaps = [abs(n - repeats_at) for n in periods]
+    assert gaps.index(min(gaps)) + 1 == k
+    dim = 128 if "preset" in preset_kwargs else sum(preset_kwargs["axes_dim"])
+    found = {"rope_type": "riflex", "repeats_at": repeats_at, "length": 120}
+    given = {"rope_type": "riflex", "k": k, "length": 120}
+    a = posenc.rope_grid((120, 1, 1), dim, **preset_kwargs, scaling=(found, None, None))
+    b = posenc.rope_grid((120, 1, 1), dim, **preset_kwargs, scaling=(given, None, None))
+    plain = posenc.rope_grid((120, 1, 1), dim, **preset_kwargs)
+    assert np.array_equal(a[0], b[0])
+    assert not np.array_equal(a[0], plain[0])
+    with pytest.raises(PosencError, match=r"takes `k`.*or `repeats_at`.*got both"):
+        posenc.rope_grid(
+            (120, 1, 1), dim, **preset_kwargs, scaling=({**given, **found}, None, None)
+        )

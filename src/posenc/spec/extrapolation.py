@@ -40,12 +40,30 @@ def riflex_period(omega: float) -> int:
     return round(2 * math.pi / omega) if omega > 0 else 0
 
 
+def intrinsic_pair(omega: np.ndarray, repeats_at: int) -> int:
+    """RIFLEx's ``identify_k``: the pair (1-based) whose period in frames is nearest the frame
+    where the video first repeats (the first of equals)."""
+    gaps = [abs(riflex_period(w) - repeats_at) for w in omega]
+    return gaps.index(min(gaps)) + 1
+
+
+def riflex_check(p: Params) -> None:
+    """RIFLEx takes its pair as ``k`` or finds it from ``repeats_at``: one of them."""
+    if (p["k"] is None) == (p["repeats_at"] is None):
+        given = "both" if p["k"] is not None else "neither"
+        raise PosencError(
+            "rope_type 'riflex' takes `k` (the intrinsic pair, 1-based) or `repeats_at` (the "
+            f"latent frame where the video first repeats, to find it from), got {given}"
+        )
+
+
 def riflex(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
-    """RIFLEx: the intrinsic pair ``k`` (1-based) lowered to ``riflex_scale * 2 pi / length``
-    (``length``: the latent frames at inference), the others kept; only once ``length``
-    passes that pair's period ``round(2 pi / omega)``, unless ``always``."""
+    """RIFLEx: the intrinsic pair ``k`` (1-based; or the pair whose period is nearest
+    ``repeats_at`` frames) lowered to ``riflex_scale * 2 pi / length`` (``length``: the latent
+    frames at inference), the others kept; only once ``length`` passes that pair's period
+    ``round(2 pi / omega)``, unless ``always``."""
     omega = paper(d, base)
-    k = p["k"]
+    k = p["k"] if p["k"] is not None else intrinsic_pair(omega, p["repeats_at"])
     if k > len(omega):
         raise PosencError(
             f"`k` of rope_type 'riflex' (the intrinsic pair, 1-based) must be at most d / 2 "

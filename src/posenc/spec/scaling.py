@@ -26,6 +26,7 @@ from posenc.spec.extrapolation import (
     ntk,
     ntk_aware,
     riflex,
+    riflex_check,
     vision_yarn,
 )
 from posenc.spec.frequencies import paper
@@ -205,10 +206,11 @@ RULES: dict[str, Rule] = {
     "ntk": Rule(("factor",), {}, ntk, None, requires_factor=True, origin="vision"),
     "ntk-aware": Rule(("factor",), {}, ntk_aware, None, requires_factor=True, origin="vision"),
     "riflex": Rule(
-        ("k", "length"),
-        {"riflex_scale": 0.9, "always": False},
+        ("length",),
+        {"k": None, "repeats_at": None, "riflex_scale": 0.9, "always": False},
         riflex,
         None,
+        check=riflex_check,
         origin="vision",
     ),
     "vision-yarn": Rule(
@@ -268,6 +270,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "high_freq_factor": _positive,
     "partial_rotary_factor": _fraction,
     "k": lambda n, v: check_int(n, v, minimum=1),
+    "repeats_at": _length,
     **dict.fromkeys(("gamma_fast", "gamma_slow", "ntk_factor"), _positive),
     **dict.fromkeys(("time", "watershed"), lambda n, v: _unit(n, v)),
     "freq_id": lambda n, v: _pairs(n, v),
