@@ -55,6 +55,7 @@ prepare()
 import torch  # noqa: E402
 
 from posenc.torch import patch  # noqa: E402
+from posenc.torch._patch_transformers import OWN_FAILS  # noqa: E402
 
 ROTARY_SOURCE = re.compile(r"^class \w*(Rotary|RoPE|Rope)\w*\(", re.M)
 SINUSOID_SOURCE = re.compile(
@@ -116,9 +117,11 @@ NOT_POSITIONAL = "no positional table"  # diffusers' PatchEmbed built without on
 ODD_WIDTH = "must be even: channels rotate in pairs"
 """A rotary width the small widths made odd (``int(16 * partial_rotary_factor)``; no released
 checkpoint has one): such a model is built again with its own head widths."""
-DOES_NOT_RUN = "its own forward fails"
+DOES_NOT_RUN = OWN_FAILS
 """Its positional module fails on its default config (GLM-4V's text model: mrope sections for a
 partial rotary factor the default config does not set): not counted, as a model not built."""
+NOT_BUILT = ("could not build", "does not run")
+"""The statuses of models not counted as built."""
 HEAD = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "d_model")
 """The widths that fix a head's size: kept where mrope sections are cut from the head."""
 TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
@@ -140,7 +143,7 @@ class Row:
 
     @property
     def counted(self) -> bool:
-        return self.status not in ("could not build", "does not run", "no positional module")
+        return self.status not in (*NOT_BUILT, "no positional module")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,10 +162,10 @@ def judge(row: Row, model: Any, report: Any, library: str) -> None:
     learned = [r for r in rows if not r.replaced and r.note.startswith("learned")]
     alone = [r for r in rows if not r.replaced and r not in learned]
     replaced = [r for r in rows if r.replaced]
+    broken = next((r for r in alone if DOES_NOT_RUN in r.note), None)
     if row.missed:
         row.status, row.reason = "missed", "; ".join(row.missed[:3])
-    elif any(DOES_NOT_RUN in r.note for r in alone):
-        broken = next(r for r in alone if DOES_NOT_RUN in r.note)
+    elif broken is not None:
         row.status, row.reason = "does not run", f"{broken.path}: {broken.note}"
     elif not rows:
         row.status = "no positional module"
@@ -436,7 +439,7 @@ def summary(rows: list[Row], library: str, kind: str | None = None) -> str:
     mine = [r for r in rows if r.library == library and (kind is None or kind in r.kinds)]
     counted = [r for r in mine if r.counted]
     counts = {s: sum(r.status == s for r in counted) for s in STATUSES}
-    unbuilt = sum(r.status in ("could not build", "does not run") for r in mine)
+    unbuilt = sum(r.status in NOT_BUILT for r in mine)
     share = 100.0 * counts["covered"] / max(1, len(counted))
     what = f"{library}{'' if kind is None else f' ({kind})'}"
     rest = ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "covered")

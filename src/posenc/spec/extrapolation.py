@@ -32,7 +32,12 @@ def ntk_aware(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.n
             f"rope_type 'ntk-aware' needs a block wider than 2 (its base is raised to the power "
             f"d / (d - 2)), got d = {d}"
         )
-    return paper(d, base * p["factor"] ** (d / (d - 2))), 1.0
+    return paper(d, _aware_base(base, p["factor"], d)), 1.0
+
+
+def _aware_base(base: float, s: float, d: int) -> float:
+    """NTK-aware's base: ``base * s ** (d / (d - 2))`` (``d`` > 2)."""
+    return float(base * s ** (d / (d - 2)))
 
 
 def riflex_period(omega: float) -> int:
@@ -104,8 +109,7 @@ def _blend(p: Params, d: int, base: float, kappa: float) -> np.ndarray:
     s, length = p["factor"], p["original_max_position_embeddings"]
     omega = paper(d, base)
     pi = omega / s
-    ntk_base = base * s ** (d / (d - 2)) if d > 2 else base
-    ntk = paper(d, ntk_base)
+    ntk = paper(d, _aware_base(base, s, d)) if d > 2 else omega
     beta = _ramp(d, base, length, p["beta_fast"] * kappa, p["beta_slow"] * kappa)
     gamma = _ramp(d, base, length, p["gamma_fast"] * kappa, p["gamma_slow"] * kappa)
     first = pi * beta + ntk * (1 - beta)
@@ -118,23 +122,27 @@ def yarn_magnitude(s: float) -> float:
     return 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
 
 
+def _by_parts(p: Params, d: int, base: float, kappa: float) -> tuple[np.ndarray, float]:
+    """Vision YaRN's frequencies (thresholds times ``kappa``) and magnitude ``0.1 ln s + 1``;
+    at s <= 1 the trained ladder."""
+    if p["factor"] <= 1:
+        return paper(d, base), 1.0
+    return _blend(p, d, base, kappa), yarn_magnitude(p["factor"])
+
+
 def vision_yarn(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
     """Vision YaRN (NTK-by-parts with a middle NTK band; DyPE's code with DyPE off): ``factor``
     s, ``original_max_position_embeddings`` L the trained extent in tokens, thresholds
     ``beta_fast`` 1.25, ``beta_slow`` 0.75, ``gamma_fast`` 16, ``gamma_slow`` 2; magnitude
     ``0.1 ln s + 1``. At s <= 1 the trained ladder."""
-    if p["factor"] <= 1:
-        return paper(d, base), 1.0
-    return _blend(p, d, base, 1.0), yarn_magnitude(p["factor"])
+    return _by_parts(p, d, base, 1.0)
 
 
 def dype(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
     """DyPE (the official code): vision YaRN with its four thresholds times ``time ** 2``
     (``time``: 1 pure noise, the ``timestep`` FLUX's pipeline passes), so the table returns to
     the trained one as the time goes to 0; the magnitude stays ``0.1 ln s + 1``."""
-    if p["factor"] <= 1:
-        return paper(d, base), 1.0
-    return _blend(p, d, base, p["time"] ** 2), yarn_magnitude(p["factor"])
+    return _by_parts(p, d, base, p["time"] ** 2)
 
 
 def lumina_time(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
@@ -146,7 +154,7 @@ def lumina_time(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np
         return paper(d, base), 1.0
     if 1.0 - p["time"] < p["watershed"]:
         return paper(d, base) / p["factor"], 1.0
-    return paper(d, base * p["factor"]), 1.0
+    return ntk(p, d, base, seq_len)
 
 
 def imax(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:

@@ -97,9 +97,9 @@ def sequence_table(path: str, module: nn.Module, root: nn.Module) -> Found | Non
     name = type(module).__name__
     saved = module._buffers.get("pe")
     takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
-    if not (isinstance(saved, Tensor) and saved.ndim == 3 and saved.shape[0] == 1):
-        return unlike(name, "diffusers")
-    if takes != ("x",):
+    if not (
+        isinstance(saved, Tensor) and saved.ndim == 3 and saved.shape[0] == 1 and takes == ("x",)
+    ):
         return unlike(name, "diffusers")
     return fixed_tables.one_d(name, saved, fixed_tables.SequencePositions, "vaswani")
 

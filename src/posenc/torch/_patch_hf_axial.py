@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from posenc.api.rope import rope
 from posenc.errors import PosencError
 from posenc.torch._base import _Tracked
-from posenc.torch._patch_hf_vision import id_runs
+from posenc.torch._patch_hf_vision import grid_ids, id_runs
 from posenc.torch._patching import Found, compare, from_library, left_alone
 
 MACHINERY = ("compute_axial_rope_parameters", "recomposition_frequencies")
@@ -110,13 +110,12 @@ class AxialRope(_Tracked):
         return freqs.cos(), freqs.sin()
 
     def _exact(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        half = self.width // 2
-        tables = [
-            rope(ids[..., a], self.width, base=self.base, dtype=torch.float32)
+        tables = [  # compact: one column per frequency of the axis' ladder
+            rope(ids[..., a], self.width, base=self.base, layout="compact", dtype=torch.float32)
             for a in range(self.axes)
         ]
-        cos = torch.stack([c[..., :half] for c, _ in tables], dim=-2)
-        sin = torch.stack([s[..., :half] for _, s in tables], dim=-2)
+        cos = torch.stack([c for c, _ in tables], dim=-2)
+        sin = torch.stack([s for _, s in tables], dim=-2)
         return cos, sin
 
     def extra_repr(self) -> str:
@@ -126,11 +125,6 @@ class AxialRope(_Tracked):
 
 # ---------------------------------------------------------------------------------------------
 # the recogniser
-
-
-def _grid_ids(shape: tuple[int, ...], device: Any) -> Tensor:
-    """``[N, A]`` ids of a grid, row-major (the first axis slowest)."""
-    return torch.cartesian_prod(*(torch.arange(n) for n in shape)).reshape(-1, len(shape))
 
 
 def _layout(module: nn.Module, axes: int, half: int) -> tuple[int, ...] | str:
@@ -216,7 +210,7 @@ def axial_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         except PosencError as err:
             return f"not covered: {err}"
 
-    checked = _grid_ids(CHECKED[axes], "cpu")
+    checked = grid_ids(CHECKED[axes])
     original = copy.deepcopy(module)
     try:
         theirs = id_runs(original, checked, torch.bfloat16)
@@ -234,7 +228,7 @@ def axial_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     ):
         return left_alone(name, "not covered: its tables are not those of the axial arithmetic")
     shape = GRIDS[axes]
-    ids = _grid_ids(shape, "cpu").to(device)
+    ids = grid_ids(shape).to(device)
     return Found(
         name,
         f"AxialRope({width}, axes={axes}, base={base:g})",

@@ -119,10 +119,9 @@ def _build(
     return build
 
 
-def _grid_ids(h: int, w: int, order: str, device: Any) -> Tensor:
-    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-    pair = (rows, cols) if order == "rc" else (cols, rows)
-    return torch.stack([p.flatten() for p in pair], dim=-1).to(device)
+def grid_ids(shape: tuple[int, ...]) -> Tensor:
+    """``[N, A]`` integer ids of a grid's tokens, row-major (the first axis slowest)."""
+    return torch.cartesian_prod(*(torch.arange(n) for n in shape)).reshape(-1, len(shape))
 
 
 def id_runs(module: nn.Module, ids: Tensor, dtype: torch.dtype) -> list[Tensor]:
@@ -165,7 +164,7 @@ def qwen2_vl_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found
     ``QWEN_GRID`` image."""
     name = type(module).__name__
     h, w = QWEN_GRID
-    ids = _grid_ids(h, w, "rc", "cpu")
+    ids = grid_ids((h, w))
     return _ids_found(
         name,
         module,
@@ -185,7 +184,7 @@ def pixtral_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         n = int(config.image_size) // int(config.patch_size)  # type: ignore[union-attr]
     except (AttributeError, TypeError, ValueError):
         return left_alone(name, "not covered: no image_size and patch_size in its config")
-    ids = _grid_ids(n, n, "rc", "cpu")
+    ids = grid_ids((n, n))
     return _ids_found(
         name,
         module,
@@ -222,7 +221,7 @@ def sam2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
             w, h = (int(v) for v in config.memory_attention_rope_feat_sizes)  # type: ignore
         except (AttributeError, TypeError, ValueError):
             return left_alone(name, "not covered: no memory_attention_rope_feat_sizes")
-        ids, where = _grid_ids(h, w, "cr", "cpu"), f"the {h} x {w} memory feature grid"
+        ids, where = grid_ids((h, w)).flip(-1), f"the {h} x {w} memory feature grid"
     return _ids_found(name, module, "sam2", _rope_theta(config), ids, where)
 
 

@@ -169,11 +169,14 @@ def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family 
     ]
     failures = [_fails(module, call) for call in tried]
     calls = [call for call, failed in zip(tried, failures, strict=True) if failed is None]
-    standard = list(inspect.signature(module.forward).parameters)[:2] == ["x", "position_ids"]
-    broken = [f for f in failures if standard and not isinstance(f, (TypeError, type(None)))]
-    if not calls:  # not called as transformers' rotary modules are, or broken
+    if not calls:  # not called as transformers' rotary modules are (a TypeError), or broken
+        standard = list(inspect.signature(module.forward).parameters)[:2] == ["x", "position_ids"]
+        broken = [
+            f for f in failures if standard and f is not None and not isinstance(f, TypeError)
+        ]
         return None, f"; {OWN_FAILS} on position ids ({_first(broken[0])})" if broken else ""
     first = ""
+    theirs: list[Tensor] | None = None  # the module's own tables: the same for every form
     sections = getattr(module, "mrope_section", None)
     for family in (*_rope_compat.multimodal(sections), *_rope_compat.STANDARD):
         if family.per_layer != bool(layer_types):
@@ -181,8 +184,9 @@ def _standard_form(module: nn.Module, config: Any) -> tuple[_rope_compat.Family 
         try:
             replay = HFRotaryEmbedding(config, "transformers", held.device, family)
             replay = replay.to(float_dtype(module) or torch.float32)
-            original: Any = copy.deepcopy(module)
-            theirs = [t for call in calls for t in original(*call)]
+            if theirs is None:  # a copy: a dynamic rule remembers
+                original: Any = copy.deepcopy(module)
+                theirs = [t for call in calls for t in original(*call)]
             ours = [t for call in calls for t in cast(Any, replay)(*call)]
         except PosencError as err:
             first = first or str(err)
