@@ -374,7 +374,10 @@ def test_every_field_read_has_a_rule():
     import ast
     import inspect
 
+    import importlib
+
     from posenc.app import audit_fields, audit_models, audit_vision
+    from posenc.spec.families import FAMILIES
     from posenc.spec.scaling import RULES
 
     def config_like(node: ast.AST) -> bool:  # cfg, rp (its rope parameters), (cfg.get(x) or {})
@@ -383,7 +386,8 @@ def test_every_field_read_has_a_rule():
         )
 
     read: set[str] = set()
-    source = inspect.getsource(audit_models) + inspect.getsource(audit_vision)
+    records = [importlib.import_module(f"posenc.spec.families.{name}") for name in FAMILIES]
+    source = "\n".join(inspect.getsource(m) for m in (audit_models, audit_vision, *records))
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get":
             arg = node.args[0] if node.args and config_like(node.func.value) else None

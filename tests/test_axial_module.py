@@ -261,7 +261,7 @@ def _stand_ins():
     keywords of its grids, a call on a grid, whether an empty axis is served)."""
     from posenc.torch._diffusers_rope import QwenImageRope
     from posenc.torch._timm_mrope import TimmMRopeEmbedding
-    from posenc.torch._timm_rope import CAT, DINOV3, TimmRope, TimmRotaryEmbedding
+    from posenc.torch._timm_rope import CAT, PERIODS, TimmRope, TimmRotaryEmbedding
     from posenc.torch._video_rope import Qwen21Rope
     from posenc.torch._video_rope_complex import AnyFlowCausalRope, AnyFlowRope, SanaWMRope
 
@@ -294,7 +294,7 @@ def _stand_ins():
     for compat in (False, True):
         for rope in (TimmRope(CAT, "cat", 64, 1e4, 0.0, "ij", False),
                      TimmRope(CAT, "cat", 64, 1e4, 0.0, "ij", False, ref_feat_shape=(16, 16)),
-                     TimmRope(DINOV3, "cat", 64, 100.0, 0.0, "ij", False)):  # fmt: skip
+                     TimmRope(PERIODS, "cat", 64, 100.0, 0.0, "ij", False)):  # fmt: skip
             timm = TimmRotaryEmbedding(rope, None, compat=compat)
             name = f"timm-{rope.preset}-{'compat' if compat else 'exact'}"
             out.append((name, "`shape", {"dim": 64, "axes_dim": (32, 32)},

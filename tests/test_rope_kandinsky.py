@@ -132,7 +132,7 @@ def test_text_rope_is_one_block_over_the_head(module, dim):
 def test_the_pipelines_scale_factor():
     from diffusers.pipelines.kandinsky5.pipeline_kandinsky import Kandinsky5T2VPipeline
 
-    from posenc.spec.presets.vision_kandinsky import axes_scale_of, kandinsky_scale
+    from posenc.spec.families.kandinsky import axes_scale_of, kandinsky_scale
 
     for h, w in [(512, 768), (480, 854), (1024, 1024), (512, 1024), (479, 600)]:
         assert kandinsky_scale(h, w) == tuple(Kandinsky5T2VPipeline._get_scale_factor(None, h, w))

@@ -25,7 +25,7 @@ from timm.layers.pos_embed_sincos import (  # noqa: E402
 )
 
 from posenc.compat.timm import mrope_tables  # noqa: E402
-from posenc.spec.presets.vision_timm import mrope_sections  # noqa: E402
+from posenc.spec.families.timm_mrope import mrope_sections  # noqa: E402
 
 HEAD = 64
 SIZES = [(14, 14), (17, 23), (1, 5), (6, 1)]

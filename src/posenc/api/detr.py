@@ -10,7 +10,7 @@ import numpy as np
 from posenc import evaluate
 from posenc._types import Floats, NumpyDType
 from posenc.spec.layout import channel_plan
-from posenc.spec.presets import get_preset
+from posenc.spec.presets.sinusoidal import DETR
 
 if TYPE_CHECKING:
     from posenc._types import Tensor
@@ -84,6 +84,6 @@ def detr(
     opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
     if scale is not None:
         opts["scale"] = scale
-    encoding = get_preset("detr").resolve(opts, grid=True)
-    plan = channel_plan(encoding, dim, 2, get_preset("detr").label(opts), None)
+    encoding = DETR.resolve(opts, grid=True)
+    plan = channel_plan(encoding, dim, 2, DETR.label(opts), None)
     return evaluate.detr(plan, encoding, mask, dtype=dtype)

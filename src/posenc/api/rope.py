@@ -213,10 +213,10 @@ def rope(
     return both[..., :w], both[..., w:]
 
 
-def rope_label(r: Rotary) -> str:
+def rope_label(rotary: Rotary) -> str:
     """How errors name a rotary table of the functions."""
-    kind = "/".join(dict.fromkeys(s.rope_type for s in r.scalings))
-    return f"'rope' ({kind}, dim={r.dim}, base={r.base:g})"
+    kind = "/".join(dict.fromkeys(s.rope_type for s in rotary.scalings))
+    return f"'rope' ({kind}, dim={rotary.dim}, base={rotary.base:g})"
 
 
 def _check_compat(compat: Any, preset: str | None) -> str:
@@ -237,7 +237,7 @@ def _check_compat(compat: Any, preset: str | None) -> str:
     return check_choice("compat", compat, ("transformers",))
 
 
-def _compat(r: Rotary, pos: Positions, length: int | None, dtype: Any) -> tuple[Any, Any]:
+def _compat(rotary: Rotary, pos: Positions, length: int | None, dtype: Any) -> tuple[Any, Any]:
     """``compat="transformers"``: transformers' float32 arithmetic (which needs torch)."""
     try:
         from posenc.compat import transformers
@@ -245,4 +245,4 @@ def _compat(r: Rotary, pos: Positions, length: int | None, dtype: Any) -> tuple[
         raise PosencError(
             "`compat='transformers'` computes with torch: pip install 'posenc[torch]'"
         ) from None
-    return transformers.rope(r, pos, length, dtype)
+    return transformers.rope(rotary, pos, length, dtype)

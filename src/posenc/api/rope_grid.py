@@ -290,8 +290,8 @@ def rope_grid(
         )
         if 0 in dims:  # no row to replay (an empty axis has no positions to check either)
             return compat_grid(_no_rows, call)
-        original = importlib.import_module(ORIGINALS[compat])
-        return original.rotary_grid(call)  # type: ignore[no-any-return]
+        where, function = family.replays[compat].split(":")
+        return getattr(importlib.import_module(where), function)(call)  # type: ignore[no-any-return]
     axes = [Progression(starts[g], steps[g], dims[g]) for g in read]
     order = [read.index(g) for g in range(k)]
     if is_torch(like) and device is None:
@@ -307,11 +307,11 @@ def _no_rows(device: Any) -> Any:
     raise AssertionError("an empty grid is never computed")  # pragma: no cover
 
 
-def grid_axes_rule(r: Rotary) -> str:
+def grid_axes_rule(rotary: Rotary) -> str:
     """Why a grid under ``r`` has ``r.ndim`` axes (for :func:`grid_shape`'s message)."""
-    if r.axes_dim is None:  # LTX-Video's one ladder over its coordinates
+    if rotary.axes_dim is None:  # LTX-Video's one ladder over its coordinates
         return "for this preset"
-    return f"(one per block of axes_dim {r.axes_dim})"
+    return f"(one per block of axes_dim {rotary.axes_dim})"
 
 
 def block_axes_of(given: Any, preset: str | None, k: int) -> list[int]:
@@ -375,13 +375,3 @@ def _crop_pair(crop: Any, k: int) -> tuple[Sequence[Any], Sequence[Any]]:
         f"`crop` must be ((top, left, …), (bottom, right, …)) for at most {k} axes, "
         f"got {show(crop)}"
     )
-
-
-ORIGINALS = {
-    "diffusers": "posenc.compat.diffusers",
-    "diffusers-mps": "posenc.compat.diffusers",
-    "transformers": "posenc.compat.transformers_vision",
-    "timm": "posenc.compat.timm",
-}
-"""The module whose ``rotary_grid(call)`` repeats each ``compat=`` mode's arithmetic (``call``:
-a :class:`posenc.compat.grid.GridCall`, the checked arguments of one call)."""

@@ -310,7 +310,7 @@ def _original(
             f"`positions` must stay below 2^24 with `compat`: the originals cast them to "
             f"float32, got {pos.bound:g}"
         )
-    return _compat_module().evaluate(preset.name, encoding, pos, dim, dtype)
+    return _compat_module().evaluate(preset, encoding, pos, dim, dtype)
 
 
 def _compat_module() -> Any:

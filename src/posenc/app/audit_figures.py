@@ -18,6 +18,7 @@ import numpy as np
 
 from posenc.api.rope import rope
 from posenc.api.sinusoidal import encode, grid, table
+from posenc.spec.presets.sinusoidal import DIFFUSERS_2D, MAE, TIMESTEP
 from posenc.spec.rotary import LAYOUTS, rotary
 
 FULL = 8192  # up to this many positions, every one is measured
@@ -129,8 +130,8 @@ def table_figures(
 def timestep_figure(dim: int, options: dict[str, Any], t: np.ndarray) -> float:
     """diffusers ``get_timestep_embedding``'s float32 error at the timesteps ``t``."""
     t32 = np.asarray(t, dtype=np.float32)  # the original casts t to float32
-    exact = encode(t32.astype(np.float64), dim, preset="timestep", dtype=np.float64, **options)
-    stored = encode(t32, dim, preset="timestep", compat="original", **options)
+    exact = encode(t32.astype(np.float64), dim, preset=TIMESTEP.name, dtype=np.float64, **options)
+    stored = encode(t32, dim, preset=TIMESTEP.name, compat="original", **options)
     return _err(stored, exact)
 
 
@@ -149,10 +150,10 @@ def patch_grid_figures(
     ``i / (side / base_size) / interpolation_scale`` in float32, sin and cos in float64, the
     buffer float32 (``pos_embed``). Its float32 error, and that of the buffer rounded to bf16."""
     options: dict[str, Any] = {"base_size": base_size, "interpolation_scale": interpolation_scale}
-    exact = grid((side, side), dim, preset="diffusers-2d", dtype=np.float64, **options)
+    exact = grid((side, side), dim, preset=DIFFUSERS_2D.name, dtype=np.float64, **options)
     i = np.arange(side, dtype=np.float32)
     p = i / np.float32(side / base_size) / np.float32(interpolation_scale)  # torch float32
     rows, cols = np.meshgrid(p, p, indexing="ij")
     coords = np.stack([rows.ravel(), cols.ravel()], axis=-1).astype(np.float64)
-    stored = encode(coords, dim, preset="mae", dtype=np.float64).astype(np.float32)
+    stored = encode(coords, dim, preset=MAE.name, dtype=np.float64).astype(np.float32)
     return _err(stored, exact), _err(bf16(stored), exact)

@@ -22,6 +22,9 @@ import numpy as np
 
 from posenc.app import audit_figures as fig
 from posenc.errors import PosencError
+from posenc.spec.families import FAMILIES
+from posenc.spec.families.base import TimmAudit
+from posenc.spec.presets.sinusoidal import DIFFUSERS_2D, MAE, MARIAN, TIMESTEP, WHISPER
 from posenc.spec.scaling import RULES
 
 PATCH = "posenc.torch.patch(model)"
@@ -258,10 +261,10 @@ def _join(a: str | None, b: str) -> str:
 
 def _whisper(cfg: dict[str, Any], component: str) -> Finding:
     n, d = int(cfg.get("max_source_positions", 1500)), int(cfg.get("d_model", 384))
-    call = _call("posenc.table", n, d, preset="whisper")
+    call = _call("posenc.table", n, d, preset=WHISPER.name)
 
     def measure() -> tuple[float | None, float | None, str | None]:
-        a, b = fig.table_figures("whisper", n, d, {}, float32_original=True)
+        a, b = fig.table_figures(WHISPER.name, n, d, {}, float32_original=True)
         return a, b, None
 
     return Finding(
@@ -283,14 +286,14 @@ def _marian(cfg: dict[str, Any], component: str) -> Finding:
     n, d = int(cfg.get("max_position_embeddings", 1024)), int(cfg.get("d_model", 1024))
 
     def measure() -> tuple[float | None, float | None, str | None]:
-        a, b = fig.table_figures("marian", n, d, {}, float32_original=False)
+        a, b = fig.table_figures(MARIAN.name, n, d, {}, float32_original=False)
         return a, b, None
 
     return Finding(
         component,
         "encoder/decoder embed_positions",
         f"sinusoid marian, {n} x {d}",
-        _call("posenc.table", n, d, preset="marian"),
+        _call("posenc.table", n, d, preset=MARIAN.name),
         n - 1,
         f"all {n} rows (0…{n - 1})",
         "transformers MarianSinusoidalPositionalEmbedding: float64, rounded once (exact)",
@@ -307,14 +310,14 @@ def _mae(cfg: dict[str, Any], component: str) -> Finding:
     side, d = int(image) // int(patch), int(cfg.get("hidden_size", 768))
 
     def measure() -> tuple[float | None, float | None, str | None]:
-        a, b = fig.grid_figures("mae", side, d, {"cls_token": True})
+        a, b = fig.grid_figures(MAE.name, side, d, {"cls_token": True})
         return a, b, None
 
     return Finding(
         component,
         "embeddings.position_embeddings",
         f"2D sin-cos mae, {side}x{side} + cls, d={d}",
-        _call("posenc.grid", (side, side), d, preset="mae", cls_token=True),
+        _call("posenc.grid", (side, side), d, preset=MAE.name, cls_token=True),
         side - 1,
         f"all {side}x{side} cells and the cls row",
         "transformers build_2d_sinusoidal_position_embedding: float64, rounded once (exact)",
@@ -347,7 +350,7 @@ def timestep(
         component,
         where,
         f"timestep, d={dim}",
-        _call("posenc.encode", "t", dim, preset="timestep", **options),
+        _call("posenc.encode", "t", dim, preset=TIMESTEP.name, **options),
         float(np.max(t)),
         words,
         "diffusers get_timestep_embedding, float32 (compat='original')",
@@ -374,7 +377,7 @@ def patch_grid(component: str, side: int, dim: int, base_size: float, scale: flo
             "posenc.grid",
             (side, side),
             dim,
-            preset="diffusers-2d",
+            preset=DIFFUSERS_2D.name,
             base_size=base_size,
             interpolation_scale=scale,
         ),
@@ -452,10 +455,12 @@ def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
 
 # --- timm --------------------------------------------------------------------------------------
 
-TIMM_ROTARY = ("rope", "eva02", "dinov3", "vit_pe_")
-"""Names of timm architectures whose positions are rotary (EVA-02, the ViT-RoPE variants,
-Perception Encoder, DINOv3): those posenc has no preset for (learned frequencies) are errors
-saying so; the others are :mod:`posenc.app.audit_vision`'s."""
+TIMM_ROTARY = (
+    "rope",
+    *(a.fragment for f in FAMILIES.values() for a in f.audits if isinstance(a, TimmAudit)),
+)
+"""Names of timm rotary architectures (any ``rope``, and the records' fragments): those of
+learned frequencies are errors saying so; the others are :mod:`posenc.app.audit_vision`'s."""
 
 
 def is_timm(cfg: dict[str, Any]) -> bool:

@@ -13,9 +13,8 @@ first): the stand-ins without ``compat`` are.
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -127,20 +126,22 @@ def _crop_linspace(start: float, step: float, n: int, device: Any) -> torch.Tens
     return torch.linspace(start, stop * (n - 1) / n, n, device=device, dtype=torch.float32)
 
 
-def _family_positions(
-    family: str, n: int, start: float, step: float, cropped: bool, device: Any
-) -> torch.Tensor:
-    """The positions a family's own code builds for one grid axis."""
-    if family in ("wan", "hunyuan-video") or (family == "cogvideox" and not cropped):
-        if (start, step) != (0.0, 1.0):
-            raise PosencError(
-                f"`compat='diffusers'`: {family}'s tables hold the positions 0, 1, 2, …; "
-                f"start={start:g}, step={step:g} are not its"
-            )
-        if family == "wan":  # rows 0 … 1023 only: grid.TABLES
-            return torch.arange(n, device=device)  # int64: get_1d_rotary_pos_embed(d, 1024)
-        return torch.arange(n, device=device, dtype=torch.float32)
-    return _crop_linspace(start, step, n, device)
+def _positions(call: GridCall, g: int, rows: str, device: Any) -> torch.Tensor:
+    """The positions a family's own code builds for grid axis ``g``: ``"int64"`` or
+    ``"float32"``, an ``arange`` (the family's tables hold 0, 1, 2, …); ``"crop"``, diffusers'
+    crop ``linspace`` of the call's start and step; ``"linspace"``, that of 0, 1, 2, …."""
+    n, start, step = call.dims[g], call.starts[g], call.steps[g]
+    if rows == "crop":
+        return _crop_linspace(start, step, n, device)
+    if rows == "linspace":
+        return _crop_linspace(0.0, 1.0, n, device)
+    if (start, step) != (0.0, 1.0):
+        raise PosencError(
+            f"`compat='diffusers'`: {call.family}'s tables hold the positions 0, 1, 2, …; "
+            f"start={start:g}, step={step:g} are not its"
+        )
+    dtype = torch.int64 if rows == "int64" else torch.float32
+    return torch.arange(n, device=device, dtype=dtype)
 
 
 COSMOS_FPS = 24
@@ -197,7 +198,8 @@ def _qwen_image(
     dims: Sequence[int], r: Any, starts: Sequence[float], steps: Sequence[float], device: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``QwenEmbedRope``'s video table of one image: per axis the rows of its integer
-    positions (within ``-4096 … 4095``: grid.TABLES), broadcast, concatenated, as cos and sin."""
+    positions (within ``-4096 … 4095``: the preset's ``rows``), broadcast, concatenated, as
+    cos and sin."""
     parts = []
     for a, (d, n, s0, st) in enumerate(zip(r.axes_dim, dims, starts, steps, strict=True)):
         if st != 1.0 or s0 != int(s0):
@@ -227,7 +229,7 @@ def _ltx(
     channels first. ``scale`` is read back from ``step = 2 * scale / base``."""
     from fractions import Fraction
 
-    from posenc.spec.presets.vision import LTX_BASES
+    from posenc.spec.families.ltx_video import LTX_BASES
 
     if any(s0 != -1.0 for s0 in starts):
         raise PosencError(
@@ -310,90 +312,83 @@ def _cogview4(
     return cogview4_tables(dims[0], dims[1], r.dim, float(r.base), None, device)
 
 
-FREE: dict[str, Free] = {
-    "wan": {"axes_dim": None},
-    "hunyuan-video": {"axes_dim": None},
-    "cogvideox": {"axes_dim": None},
-    "hunyuan-dit": {"axes_dim": None},
-    "cosmos": {"axes_dim": None, "axes_base": None},
-    "qwen-image": {"axes_dim": None, "layout": PAIRS},
-}
-"""The keywords each family's replay takes from the call (its module's own widths, Cosmos's
-own bases, Qwen-Image's complex tables in any pairs' layout); every other one is the family's
-(:func:`~posenc.compat.grid.check_form`)."""
+Replay = Callable[[GridCall, torch.device], tuple[torch.Tensor, torch.Tensor]]
 
 
-GROUPS = tuple(f"posenc.compat.diffusers_{g}" for g in ("video", "gathered", "ltx2", "kandinsky"))
-"""The modules of the other diffusers families' replays, each naming its ``FAMILIES``."""
+def _replay(call: GridCall, tables: Replay, free: Free | None = None) -> tuple[Any, Any]:
+    """One family's replay: the call's form checked against the family's own (``free``: the
+    keywords the replay takes from the call, e.g. the module's own widths), then its tables
+    ``tables(call, device)``, NumPy out unless torch is asked for (a torch ``dtype``,
+    ``device`` or ``like``)."""
+    check_form(call, free)
+    return compat_grid(lambda work: tables(call, work), call)
 
 
-def rotary_grid(call: GridCall) -> tuple[Any, Any]:
-    """``posenc.rope_grid(..., preset=family, compat=compat)``: the tables of diffusers'
-    ``WanRotaryPosEmbed`` (float64 angles; float32 on a host with MPS: ``"diffusers-mps"``),
-    ``HunyuanVideoRotaryPosEmbed`` (float32), ``get_3d_rotary_pos_embed`` (CogVideoX: crop
-    ``linspace`` or integer ``slice`` grids, float32, the time axis integer) and
-    ``get_2d_rotary_pos_embed`` (HunyuanDiT: crop ``linspace``, column block first, float32),
-    ``CosmosRotaryPosEmbed`` (float32, per-axis bases, halves; ``step[0] = 24 / fps``),
-    ``QwenEmbedRope`` (complex64 rows of integer positions, centred or not).
-    Per block, ``get_1d_rotary_pos_embed`` at the positions the family builds, broadcast to
-    the grid and concatenated: elementwise, so the same bits as diffusers' flattened grids.
-    NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
-    r = call.r
-    for group in GROUPS:  # the families whose replays live in a module of their own
-        module = importlib.import_module(group)
-        if call.family in module.FAMILIES:
-            out: tuple[Any, Any] = module.rotary_grid(call)
-            return out
-    check_form(call, FREE.get(call.family))
-    replays = {
-        "cosmos": _cosmos,
-        "qwen-image": _qwen_image,
-        "ltx-video": _ltx,
-        "cogview4": _cogview4,
-    }
+MODULE_WIDTHS: Free = {"axes_dim": None}
+"""A module's own block widths, which its replay takes from the call."""
 
-    def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if call.family in replays:
-            return replays[call.family](call.dims, r, call.starts, call.steps, work)
-        return _per_axis(
-            call.family,
-            call.compat,
-            call.dims,
-            r,
-            call.blocks,
-            call.starts,
-            call.steps,
-            call.cropped,
-            work,
-        )
 
-    return compat_grid(tables, call)
+def wan(call: GridCall) -> tuple[Any, Any]:
+    """``WanRotaryPosEmbed``: per block ``get_1d_rotary_pos_embed`` of the integer rows
+    (``0 … max_seq_len - 1``) in float64 (float32 on a host with MPS: ``"diffusers-mps"``),
+    broadcast to the grid and concatenated."""
+    wide = torch.float64 if call.compat == "diffusers" else torch.float32
+    return _replay(call, lambda c, work: _per_axis(c, work, ("int64",), wide), MODULE_WIDTHS)
+
+
+def hunyuan_video(call: GridCall) -> tuple[Any, Any]:
+    """``HunyuanVideoRotaryPosEmbed``: float32 ``arange`` positions, float32 throughout."""
+    return _replay(call, lambda c, work: _per_axis(c, work, ("float32",)), MODULE_WIDTHS)
+
+
+def cogvideox(call: GridCall) -> tuple[Any, Any]:
+    """``get_3d_rotary_pos_embed``: integer ``slice`` grids (float32 ``arange``), or with
+    ``crop`` the ``linspace`` grids of the crop (the time axis ``linspace`` of its frames)."""
+    rows = ("linspace", "crop") if call.cropped else ("float32",)
+    return _replay(call, lambda c, work: _per_axis(c, work, rows), MODULE_WIDTHS)
+
+
+def hunyuan_dit(call: GridCall) -> tuple[Any, Any]:
+    """``get_2d_rotary_pos_embed``: the crop ``linspace`` grids, the column block first."""
+    return _replay(call, lambda c, work: _per_axis(c, work, ("crop",)), MODULE_WIDTHS)
+
+
+def cosmos(call: GridCall) -> tuple[Any, Any]:
+    """``CosmosRotaryPosEmbed``: float32, per-axis bases, halves; ``step[0] = 24 / fps``."""
+    free: Free = {**MODULE_WIDTHS, "axes_base": None}
+    return _replay(call, lambda c, work: _cosmos(c.dims, c.rotary, c.starts, c.steps, work), free)
+
+
+def qwen_image(call: GridCall) -> tuple[Any, Any]:
+    """``QwenEmbedRope``: complex64 rows of integer positions, centred or not, in any pairs'
+    layout."""
+    free: Free = {**MODULE_WIDTHS, "layout": PAIRS}
+    return _replay(
+        call, lambda c, work: _qwen_image(c.dims, c.rotary, c.starts, c.steps, work), free
+    )
+
+
+def ltx_video(call: GridCall) -> tuple[Any, Any]:
+    """``LTXVideoRotaryPosEmbed`` of one video at the pipeline's scales."""
+    return _replay(call, lambda c, work: _ltx(c.dims, c.rotary, c.starts, c.steps, work))
+
+
+def cogview4(call: GridCall) -> tuple[Any, Any]:
+    """``GlmImageRotaryPosEmbed``'s table (CogView4's canvas positions: its patch stand-in)."""
+    return _replay(call, lambda c, work: _cogview4(c.dims, c.rotary, c.starts, c.steps, work))
 
 
 def _per_axis(
-    family: str,
-    compat: str,
-    dims: Sequence[int],
-    r: Any,
-    blocks: Sequence[int],
-    starts: Sequence[float],
-    steps: Sequence[float],
-    cropped: bool,
-    work: torch.device,
+    call: GridCall, work: torch.device, rows: Sequence[str], wide: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Wan's, HunyuanVideo's, CogVideoX's and HunyuanDiT's tables: per block
-    ``get_1d_rotary_pos_embed`` at the family's own positions, broadcast, concatenated."""
-    wide = torch.float64 if family == "wan" and compat == "diffusers" else torch.float32
+    ``get_1d_rotary_pos_embed`` at the family's own positions (:func:`_positions`: ``rows``,
+    the first for the first grid axis, the last for the others), broadcast, concatenated."""
+    r, dims = call.rotary, call.dims
     k = len(dims)
     parts_cos, parts_sin = [], []
-    for d, g in zip(r.axes_dim, blocks, strict=True):
-        time_axis = family == "cogvideox" and g == 0
-        pos = _family_positions(
-            family, dims[g], starts[g], steps[g], cropped and not time_axis, work
-        )
-        if time_axis and cropped:  # get_3d's "linspace" time grid: 0 … T - 1 in float32
-            t = dims[g]
-            pos = torch.linspace(0, t * (t - 1) / t, t, device=work, dtype=torch.float32)
+    for d, g in zip(r.axes_dim, call.blocks, strict=True):
+        pos = _positions(call, g, rows[0] if g == 0 else rows[-1], work)
         cos, sin = rotary_1d(
             d, pos, float(r.base), freqs_dtype=wide, interleave=r.layout == "interleaved"
         )

@@ -1,7 +1,7 @@
 """diffusers' own arithmetic for the families whose complex tables are gathered by ids (Lumina-
-Next, Lumina-Image-2.0, Z-Image, Bria-FIBO2): ``compat="diffusers"`` of their presets (reached
-through :func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in ``FAMILIES``
-here), and the per-axis complex rows the stand-ins of :func:`posenc.torch.patch` gather.
+Next, Lumina-Image-2.0, Z-Image, Bria-FIBO2): ``compat="diffusers"`` of their presets
+(:func:`lumina_next`, :func:`lumina2`, :func:`z_image`, named by their records' ``replays``),
+and the per-axis complex rows the stand-ins of :func:`posenc.torch.patch` gather.
 
 Each keeps, per position axis, a complex table of integer rows: ``torch.polar`` of the angles,
 in the dtype diffusers computes them in (Lumina-Image-2.0: float64, so complex128 tables;
@@ -12,25 +12,17 @@ on CPU torch, checked against diffusers itself in the tests.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from posenc.compat.grid import PAIRS, Free, GridCall, check_form, compat_grid
+from posenc.compat.grid import PAIRS, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
-FAMILIES: tuple[str, ...] = ("lumina-next", "lumina2", "z-image")
-"""The presets whose ``compat="diffusers"`` tables this module computes."""
-
-FREE: dict[str, Free] = {
-    "lumina-next": {"layout": PAIRS, "axes_scale": None},
-    "lumina2": {"layout": PAIRS, "axes_dim": None},
-    "z-image": {"layout": PAIRS, "axes_dim": None},
-}
-"""The keywords each replay takes from the call (:func:`~posenc.compat.grid.check_form`): the
-layout its complex rows are placed in, Lumina-Next's ``linear_factor`` (``axes_scale``), the
-others' ``axes_dims``."""
+Rows = Callable[[int, torch.Tensor, float], torch.Tensor]
+"""One axis's complex rows ``(dim, integer positions, theta) -> [S, dim / 2]``, as a module
+computes its table."""
 
 
 def lumina_rows(
@@ -61,16 +53,10 @@ def z_image_rows(dim: int, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return torch.polar(torch.ones_like(angles), angles).to(pos.device)
 
 
-def gathered_rows(
-    family: str, compat: str, dim: int, pos: torch.Tensor, theta: float
-) -> torch.Tensor:
-    """One axis's complex rows at the integer positions ``pos`` (int64), as ``family``'s
-    module computes its table: Lumina-Image-2.0 (complex128; ``"diffusers-mps"``: complex64)
-    or Z-Image / Bria-FIBO2 (complex64)."""
-    if family == "z-image":
-        return z_image_rows(dim, pos, theta)
+def lumina2_rows(compat: str) -> Rows:
+    """Lumina-Image-2.0's rows: complex128 (``"diffusers-mps"``: complex64 of float32)."""
     wide = torch.float32 if compat == "diffusers-mps" else torch.float64
-    return lumina_rows(dim, pos, theta, wide)
+    return lambda dim, pos, theta: lumina_rows(dim, pos, theta, wide)
 
 
 def lumina_next_table(
@@ -118,44 +104,65 @@ def _factors(r: Any) -> tuple[float, float]:
     return 1.0 / scale[0], float(r.base)
 
 
-def _check(family: str, starts: Sequence[float], steps: Sequence[float]) -> list[int]:
+def _check(call: GridCall, *, from_zero: bool = False) -> list[int]:
     """The integer first row of each axis; an error where the call asks for positions the
-    family's tables do not hold (fractional or strided)."""
-    rows = []
-    for a, (s0, st) in enumerate(zip(starts, steps, strict=True)):
-        if st != 1.0 or s0 != int(s0) or s0 < 0 or (family == "lumina-next" and s0 != 0):
-            raise PosencError(
-                f"`compat='diffusers'`: {family}'s tables hold the integer rows 0, 1, 2, …; "
-                f"axis {a} asks for {s0:g} + i * {st:g}"
-            )
-        rows.append(int(s0))
-    return rows
-
-
-def rotary_grid(call: GridCall) -> tuple[Any, Any]:
-    """``posenc.rope_grid(..., preset=family, compat=compat)``: the rows of each axis's table
-    at the grid's integer positions (``start`` the first: Lumina-Image-2.0's image patches at
-    ``t = L``), broadcast, concatenated ``[t | h | w]`` (Lumina-Next: taken in turn), as
-    ``(cos, sin)`` in the call's layout; ``dtype=torch.float64`` keeps Lumina-Image-2.0's
-    float64 numbers."""
-    r = call.r
+    family's tables do not hold (fractional or strided; ``from_zero``: any but 0, 1, 2, …)."""
     if call.cropped:
         raise PosencError(f"`crop`: compat='diffusers' takes {call.family}'s integer rows, no crop")
-    check_form(call, FREE[call.family])  # the form: the family's own, but for FREE
-    first = _check(call.family, call.starts, call.steps)
+    first = []
+    for a, (s0, st) in enumerate(zip(call.starts, call.steps, strict=True)):
+        if st != 1.0 or s0 != int(s0) or s0 < 0 or (from_zero and s0 != 0):
+            raise PosencError(
+                f"`compat='diffusers'`: {call.family}'s tables hold the integer rows 0, 1, 2, …; "
+                f"axis {a} asks for {s0:g} + i * {st:g}"
+            )
+        first.append(int(s0))
+    return first
+
+
+def lumina_next(call: GridCall) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset="lumina-next", compat="diffusers")``: the pipeline's
+    ``get_2d_rotary_pos_embed_lumina`` table (float32, complex64), rows and columns taken in
+    turn per frequency, in the call's layout."""
+    check_form(call, {"layout": PAIRS, "axes_scale": None})  # and Lumina-Next's linear_factor
+    _check(call, from_zero=True)
+    linear, base = _factors(call.rotary)
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if call.family == "lumina-next":
-            linear, base = _factors(r)
-            table = lumina_next_table(r.dim, call.dims[0], call.dims[1], base, linear, work)
-            return placed(table.reshape(math.prod(call.dims), -1), r.layout)
+        table = lumina_next_table(call.rotary.dim, call.dims[0], call.dims[1], base, linear, work)
+        return placed(table.reshape(math.prod(call.dims), -1), call.rotary.layout)
+
+    return compat_grid(tables, call)
+
+
+def lumina2(call: GridCall) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset="lumina2", compat=…)``: ``Lumina2RotaryPosEmbed``'s rows
+    (complex128; ``"diffusers-mps"`` complex64) at the grid's integer positions; with
+    ``dtype=torch.float64`` its float64 numbers."""
+    return _gathered(call, lumina2_rows(call.compat))
+
+
+def z_image(call: GridCall) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset="z-image", compat="diffusers")``: ``RopeEmbedder``'s
+    rows (float64 angles rounded to float32, complex64) at the grid's integer positions."""
+    return _gathered(call, z_image_rows)
+
+
+def _gathered(call: GridCall, rows: Rows) -> tuple[Any, Any]:
+    """The rows of each axis's table at the grid's integer positions (``start`` the first:
+    Lumina-Image-2.0's image patches at ``t = L``), broadcast, concatenated ``[t | h | w]``, as
+    ``(cos, sin)`` in the call's layout."""
+    check_form(call, {"layout": PAIRS, "axes_dim": None})  # the module's own widths
+    first = _check(call)
+    r = call.rotary
+
+    def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         parts = []
         for a, (d, n, s0) in enumerate(zip(r.axes_dim, call.dims, first, strict=True)):
             pos = torch.arange(s0, s0 + n, device=work)
-            rows = gathered_rows(call.family, call.compat, d, pos, float(r.base))
             shape = [1] * len(call.dims) + [d // 2]
             shape[a] = n
-            parts.append(rows.reshape(shape).expand(*call.dims, d // 2))
+            parts.append(rows(d, pos, float(r.base)).reshape(shape).expand(*call.dims, d // 2))
         return placed(torch.cat(parts, dim=-1).reshape(math.prod(call.dims), -1), r.layout)
 
     return compat_grid(tables, call)

@@ -1,6 +1,6 @@
 """diffusers' own arithmetic for Kandinsky 5 and 6: ``compat="diffusers"`` of their presets
-(reached through :func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in
-``FAMILIES`` here), and the angles the stand-ins of ``posenc.torch.patch`` replay.
+(:func:`rotary_grid`, named by their records' ``replays``), and the angles the stand-ins of
+``posenc.torch.patch`` replay.
 
 diffusers (``transformer_kandinsky.py``, ``transformer_kandinsky6.py``) keeps per axis a
 float32 buffer ``outer(arange(max_pos), exp(-ln(base) * arange(n) / n))``, reads its rows at
@@ -20,9 +20,6 @@ import torch
 
 from posenc.compat.grid import PAIRS, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
-
-FAMILIES: tuple[str, ...] = ("kandinsky5", "kandinsky6")
-"""The presets whose ``compat="diffusers"`` tables this module computes."""
 
 
 def kandinsky_angles(
@@ -80,12 +77,12 @@ def _divisors(r: Any) -> list[float]:
 
 
 def rotary_grid(call: GridCall) -> tuple[Any, Any]:
-    """``posenc.rope_grid(..., preset=family, compat="diffusers")`` for ``FAMILIES``:
+    """``posenc.rope_grid(..., preset=family, compat="diffusers")`` for Kandinsky 5 and 6:
     ``Kandinsky5RoPE3D`` / ``Kandinsky6RoPE3D`` at integer positions ``start + i * step``
     (the rows of their tables), each block's angles divided by its ``scale_factor`` (``1 /
     axes_scale``), broadcast, concatenated, cos and sin in float32, pairs as ``layout`` says
     (interleaved: the 2 x 2 matrices' own pairs; halves and compact hold the same numbers)."""
-    r = call.r
+    r = call.rotary
     check_form(call, {"layout": PAIRS, "axes_scale": None, "axes_dim": None})
     if list(call.blocks) != list(range(len(call.dims))):
         raise PosencError(

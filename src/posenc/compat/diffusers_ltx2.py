@@ -1,8 +1,8 @@
 """diffusers' own arithmetic for halves inside each block: Allegro's per-axis halves and
 LTX-2's tables (interleaved or per-head ``split``): ``compat="diffusers"`` of Allegro's preset
-(reached through :func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in
-``FAMILIES`` here), and the replays ``LTX2AudioVideoRotaryPosEmbed``'s stand-in
-(:mod:`posenc.torch._ltx2_rope`) uses with ``compat="original"``.
+(:func:`allegro`, named by its record's ``replays``), and the replays
+``LTX2AudioVideoRotaryPosEmbed``'s stand-in (:mod:`posenc.torch._ltx2_rope`) uses with
+``compat="original"``.
 
 Bit for bit with diffusers 0.42 on CPU torch, checked against it in the tests.
 """
@@ -19,16 +19,13 @@ from posenc.compat.diffusers import ltx_tables, rotary_1d
 from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
-FAMILIES: tuple[str, ...] = ("allegro",)
-"""The presets whose ``compat="diffusers"`` tables this module computes."""
 
-
-def rotary_grid(call: GridCall) -> tuple[Any, Any]:
+def allegro(call: GridCall) -> tuple[Any, Any]:
     """``posenc.rope_grid(..., preset="allegro", compat="diffusers")``: the pipeline's
     ``get_3d_rotary_pos_embed_allegro`` tables, their rows gathered as the transformer does
     (token ``(t, h, w)`` takes row ``t``, ``h``, ``w`` of each axis's table): ``[F * H * W,
     dim]``, halves inside each of the three blocks."""
-    r = call.r
+    r = call.rotary
     check_form(call)  # three blocks of dim / 3, halves inside each, in the order t, h, w
     if call.cropped or any(s0 != 0.0 for s0 in call.starts):
         raise PosencError(

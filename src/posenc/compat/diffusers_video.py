@@ -1,9 +1,9 @@
 """diffusers' own arithmetic for the video and image families that share Wan's, HunyuanVideo's,
 CogVideoX's or Qwen-Image's formula (HunyuanImage-2.1, Framepack, Motif-Video, Helios, ChronoEdit,
 EasyAnimate, SANA-WM, AnyFlow, Qwen-Image-Layered, NucleusMoE-Image, Qwen-Image 2.1, MiniMax-H3):
-``compat="diffusers"`` of their presets (reached through
-:func:`posenc.compat.diffusers.rotary_grid`, which forwards the families in ``FAMILIES`` here)
-and the tables their patch stand-ins replay (``posenc.torch._video_rope``).
+``compat="diffusers"`` of their presets (:func:`hunyuan_image`, :func:`minimax_h3`, named by
+their records' ``replays``) and the tables their patch stand-ins replay
+(``posenc.torch._video_rope``).
 
 Every table here is per axis ``get_1d_rotary_pos_embed`` (or its complex form, or MiniMax-H3's
 shared ladder) at the positions the family builds, broadcast over the grid and concatenated:
@@ -21,9 +21,6 @@ import torch
 from posenc.compat.diffusers import qwen_image_rows, rotary_1d
 from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError
-
-FAMILIES: tuple[str, ...] = ("hunyuan-image", "minimax-h3")
-"""The presets whose ``compat="diffusers"`` tables this module computes."""
 
 
 def grid_tables(
@@ -143,56 +140,56 @@ def pooled_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
     return torch.complex(parts[0] / norm, parts[1] / norm)
 
 
-def _check(
-    family: str, r: Any, blocks: Sequence[int], starts: Sequence[float], steps: Sequence[float]
-) -> None:
+def _check(call: GridCall, layout: str, *, shared: bool) -> None:
     """Refuse what the family's arithmetic does not have: another layout, factors, bases,
-    block order, blocks (MiniMax-H3: three equal), or positions other than ``0, 1, 2, …``
-    (HunyuanImage)."""
-    layout = "halves" if family == "minimax-h3" else "interleaved"
-    axes = r.axes_dim or ()
+    block order, blocks (``shared``: one ladder for three equal blocks, MiniMax-H3's), or
+    positions other than ``0, 1, 2, …`` (the others: HunyuanImage)."""
+    r, blocks = call.rotary, call.blocks
+    widths = r.axes_dim or ()
     extra = {
         "layout": r.layout != layout,
         "axes_scale": r.axes_scale is not None,
-        "axes_dim": family == "minimax-h3" and (len(axes) != 3 or len(set(axes)) != 1),
+        "axes_dim": shared and (len(widths) != 3 or len(set(widths)) != 1),
         "axes_base": r.axes_base is not None,
         "block_axes": list(blocks) != list(range(len(blocks))),
     }
     for key, bad in extra.items():
         if bad:
             raise PosencError(
-                f"`{key}`: compat='diffusers' repeats {family}'s own tables ({layout}, one "
+                f"`{key}`: compat='diffusers' repeats {call.family}'s own tables ({layout}, one "
                 f"base, its blocks in grid order): drop `{key}`"
             )
-    if family == "hunyuan-image" and (
-        any(s0 != 0.0 for s0 in starts) or any(st != 1.0 for st in steps)
-    ):
+    if not shared and (any(s0 != 0.0 for s0 in call.starts) or any(st != 1.0 for st in call.steps)):
         raise PosencError(
-            f"`compat='diffusers'`: {family}'s tables hold the positions 0, 1, 2, …; got "
-            f"start={list(starts)}, step={list(steps)}"
+            f"`compat='diffusers'`: {call.family}'s tables hold the positions 0, 1, 2, …; got "
+            f"start={list(call.starts)}, step={list(call.steps)}"
         )
-
-
-def rotary_grid(call: GridCall) -> tuple[Any, Any]:
-    """``posenc.rope_grid(..., preset=family, compat="diffusers")`` for ``FAMILIES``:
-    ``HunyuanImageRotaryPosEmbed``'s float32 grid of ``arange`` positions, float32
-    frequencies, interleaved pairs (two axes, or three); ``MiniMaxH3RotaryPosEmbed`` of the
-    grid's ``position_ids`` (``start + i * step`` per axis, as float32)."""
-    r = call.r
-    if call.family not in FAMILIES:
-        raise PosencError(f"`preset`: no diffusers replay of {call.family!r} here")
-    _check(call.family, r, call.blocks, call.starts, call.steps)
     check_form(call, {"axes_dim": None})  # the module's own widths; the rest its own
 
+
+def hunyuan_image(call: GridCall) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset="hunyuan-image", compat="diffusers")``:
+    ``HunyuanImageRotaryPosEmbed``'s float32 grid of ``arange`` positions, float32
+    frequencies, interleaved pairs (two axes, or three)."""
+    _check(call, "interleaved", shared=False)
+
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if call.family == "minimax-h3":
-            grid = zip(call.dims, call.starts, call.steps, strict=True)
-            axes = [
-                s0 + st * torch.arange(n, device=work, dtype=torch.float64) for n, s0, st in grid
-            ]
-            ids = torch.stack([g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")], -1)
-            return minimax_tables(ids, r.axes_dim[0] // 2, float(r.base))
         pos = [torch.arange(n, device=work, dtype=torch.float32) for n in call.dims]
-        return grid_tables(pos, r.axes_dim, float(r.base))
+        return grid_tables(pos, call.rotary.axes_dim, float(call.rotary.base))
+
+    return compat_grid(tables, call)
+
+
+def minimax_h3(call: GridCall) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset="minimax-h3", compat="diffusers")``:
+    ``MiniMaxH3RotaryPosEmbed`` of the grid's ``position_ids`` (``start + i * step`` per axis,
+    as float32)."""
+    _check(call, "halves", shared=True)
+
+    def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        grid = zip(call.dims, call.starts, call.steps, strict=True)
+        axes = [s0 + st * torch.arange(n, device=work, dtype=torch.float64) for n, s0, st in grid]
+        ids = torch.stack([g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")], -1)
+        return minimax_tables(ids, call.rotary.axes_dim[0] // 2, float(call.rotary.base))
 
     return compat_grid(tables, call)

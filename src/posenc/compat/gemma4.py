@@ -19,8 +19,6 @@ import torch
 from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError, show
 
-FAMILY = "gemma4-vision"
-
 
 def inv_freq(dim: int, base: float) -> torch.Tensor:
     """The float32 ``[dim / 4]`` ladder both modules keep in their ``inv_freq`` buffer (CPU)."""
@@ -65,11 +63,7 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
     modules' float32 ``cos, sin`` ``[rows * columns, dim]`` of the grid's (x, y) ids, tokens
     row-major, cast to ``dtype`` (the modules cast theirs to the activations' dtype). NumPy
     out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
-    r = call.r
-    if call.family != FAMILY:
-        raise PosencError(
-            f"`compat={call.compat!r}`: this replay is {FAMILY!r}'s, not {call.family!r}"
-        )
+    r = call.rotary
     check_form(call)  # block-halves, blocks=2 ([x | x][y | y]), the column block first
     _check_positions(call)
 

@@ -16,7 +16,7 @@ from posenc.evaluate.libs.torch import compat_dtype, compat_out
 @dataclass(frozen=True)
 class GridCall:
     """One ``posenc.rope_grid(..., compat=…)`` call as the replays take it
-    (``rotary_grid(call)`` in each ``compat/`` module of ``api/rope_grid.py``'s ``ORIGINALS``):
+    (the function each preset's ``replays`` names, per mode):
     the preset's name, the mode, the grid, the checked :class:`~posenc.spec.rotary.Rotary`,
     the grid axis of each block, each axis's ``start`` and ``step``, whether they came from
     ``crop=``, and the output's ``dtype``, ``device`` and ``like``."""
@@ -24,7 +24,7 @@ class GridCall:
     family: str
     compat: str
     dims: tuple[int, ...]
-    r: Any
+    rotary: Any
     blocks: tuple[int, ...]
     starts: tuple[float, ...]
     steps: tuple[float, ...]
@@ -42,7 +42,7 @@ def compat_grid(
     unless torch is asked for (a torch ``dtype``, ``device`` or ``like``). The default dtype
     is the exact mode's: float32 for NumPy, torch's default dtype for torch (the values are
     the original's, only held in it). A call past the rows of the family's table
-    (:data:`TABLES`) is refused first; a grid with an empty axis has no rows to replay: its
+    (the preset's ``rows``) is refused first; a grid with an empty axis has no rows to replay: its
     tables are empty, as the exact mode's."""
     empty = 0 in call.dims
     if not empty:
@@ -55,72 +55,24 @@ def compat_grid(
     )
     out = compat_dtype(dtype, torch.get_default_dtype() if torch_out else torch.float32)
     if empty:
-        cos = sin = torch.zeros(0, call.r.width, dtype=out, device=work)
+        cos = sin = torch.zeros(0, call.rotary.width, dtype=out, device=work)
     else:
         cos, sin = compute(work)
     pair = compat_out((cos.to(out), sin.to(out)), numpy_out=not torch_out)
     return pair[0], pair[1]
 
 
-@dataclass(frozen=True)
-class Table:
-    """The fixed table of rows a family's original keeps and indexes (where the original raises
-    past its end): per grid axis the rows ``[low, high)`` it holds, and the module that keeps
-    them. ``indexed``: a grid axis reads row ``i`` of the table whatever its positions (Cosmos:
-    frame ``i`` sits at ``i * 24 / fps``); else the row of a position is the position."""
-
-    origin: str
-    rows: tuple[tuple[int, int], ...]
-    indexed: bool = False
-
-
-ONE_D = "Kandinsky6RoPE1D's max_pos = 2048; Kandinsky5RoPE1D's 1024, the same rows"
-
-TABLES: dict[str, tuple[Table, ...]] = {
-    "wan": (Table("WanRotaryPosEmbed's max_seq_len = 1024", ((0, 1024),) * 3),),
-    "lumina2": (
-        Table(
-            "Lumina2RotaryPosEmbed's axes_lens = (300, 512, 512)", ((0, 300), (0, 512), (0, 512))
-        ),
-    ),
-    "z-image": (
-        Table(
-            "RopeEmbedder's axes_lens: Z-Image's (1024, 512, 512), Bria-FIBO2's (2048, 512, 512)",
-            ((0, 2048), (0, 512), (0, 512)),
-        ),
-    ),
-    "kandinsky5": (
-        Table("Kandinsky5RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
-        Table(ONE_D, ((0, 2048),)),
-    ),
-    "kandinsky6": (
-        Table("Kandinsky6RoPE3D's max_pos = (128, 128, 128)", ((0, 128),) * 3),
-        Table(ONE_D, ((0, 2048),)),
-    ),
-    "qwen-image": (
-        Table("QwenEmbedRope's pos_freqs and neg_freqs: -4096 … 4095", ((-4096, 4096),) * 3),
-    ),
-    "cosmos": (
-        Table(
-            "CosmosRotaryPosEmbed's arange(max(max_size // patch_size)) = 128 rows",
-            ((0, 128),) * 3,
-            indexed=True,
-        ),
-    ),
-}
-"""The families whose originals keep a fixed table of rows (diffusers 0.42's defaults, the
-checkpoints' own), one per form (Kandinsky's 3-D visual and 1-D text tables); every other
-replay computes its positions (no limit). The exact mode (no ``compat``) takes any position."""
-
-
 def check_rows(call: GridCall) -> None:
-    """Refuse a call whose grid reads rows outside its family's :data:`TABLES` entry: the
-    original raises there (an ``IndexError``, or a shape error from a short slice; Qwen-Image's
-    frames past 4095: a table of another width), so no replay of its numbers exists. A
+    """Refuse a call whose grid reads rows outside the tables its family's original keeps (the
+    preset's ``rows``): the original raises there (an ``IndexError``, or a shape error from a
+    short slice; Qwen-Image's frames past 4095: a table of another width), so no replay of its
+    numbers exists. A
     :class:`~posenc.errors.PosencError` naming ``shape``, ``start`` and ``step``, the axis, the
     table's rows and the rows asked for. The family's table of as many axes as the grid, else
     its first (a module of fewer blocks zips them with its first lengths)."""
-    tables = TABLES.get(call.family, ())
+    from posenc.spec.presets import get_rotary_preset
+
+    tables = get_rotary_preset(call.family).rows
     if not tables:
         return
     table = next((t for t in tables if len(t.rows) == len(call.dims)), tables[0])
@@ -169,7 +121,7 @@ Free = Mapping[str, Collection[Any] | None]
 
 
 def check_form(call: GridCall, free: Free | None = None) -> None:
-    """Refuse a call whose table is not its family's own form: every field of ``call.r`` in
+    """Refuse a call whose table is not its family's own form: every field of ``call.rotary`` in
     :data:`FORM` and the block order ``call.blocks`` must be those of the family's
     :class:`~posenc.spec.rotary.Rotary` built from its preset at the call's ``dim`` and
     ``base`` (and the call's free keywords), except the keywords in ``free``, which the
@@ -180,7 +132,7 @@ def check_form(call: GridCall, free: Free | None = None) -> None:
     from posenc.spec.rotary import rotary
 
     free = free or {}
-    r, label = call.r, f"compat={call.compat!r} repeats {call.family}'s own tables"
+    r, label = call.rotary, f"compat={call.compat!r} repeats {call.family}'s own tables"
     given = {**{k: getattr(r, k) for k in FORM}, "block_axes": tuple(call.blocks)}
     for key, values in free.items():
         if values is not None and given[key] not in values:

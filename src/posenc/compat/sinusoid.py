@@ -23,9 +23,10 @@ from posenc.errors import PosencError
 from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
 from posenc.evaluate.positions import Positions
 from posenc.spec.encoding import Encoding
+from posenc.spec.presets import PRESETS, Preset
 
 
-def _whisper(pos: Any, dim: int, enc: Encoding) -> Any:
+def whisper(pos: Any, dim: int, enc: Encoding) -> Any:
     """OpenAI whisper ``model.sinusoids`` (and transformers' copy for Whisper)."""
     if dim % 2:
         raise PosencError(f"`dim` must be even for whisper's sinusoids, got {dim}")
@@ -35,7 +36,7 @@ def _whisper(pos: Any, dim: int, enc: Encoding) -> Any:
     return torch.cat([scaled.sin(), scaled.cos()], dim=1)
 
 
-def _fairseq(pos: Any, dim: int, enc: Encoding) -> Any:
+def fairseq(pos: Any, dim: int, enc: Encoding) -> Any:
     """fairseq ``SinusoidalPositionalEmbedding.get_embedding`` (and transformers' ports)."""
     half = dim // 2
     step = math.log(10000) / (half - 1)
@@ -49,7 +50,7 @@ def _fairseq(pos: Any, dim: int, enc: Encoding) -> Any:
     return emb
 
 
-def _tutorial(pos: Any, dim: int, enc: Encoding) -> Any:
+def tutorial(pos: Any, dim: int, enc: Encoding) -> Any:
     """The PyTorch tutorial's ``PositionalEncoding`` (and labml's ``get_positional_encoding``,
     whose float32 aranges hold the same values)."""
     position = pos.unsqueeze(1)
@@ -60,7 +61,7 @@ def _tutorial(pos: Any, dim: int, enc: Encoding) -> Any:
     return pe
 
 
-def _timestep(pos: Any, dim: int, enc: Encoding) -> Any:
+def timestep(pos: Any, dim: int, enc: Encoding) -> Any:
     """diffusers ``embeddings.get_timestep_embedding``."""
     half = dim // 2
     exponent = -math.log(enc.base) * torch.arange(0, half, dtype=torch.float32, device=pos.device)
@@ -76,28 +77,27 @@ def _timestep(pos: Any, dim: int, enc: Encoding) -> Any:
     return emb
 
 
-ORIGINALS: dict[str, Callable[[Any, int, Encoding], Any]] = {
-    "vaswani": _tutorial,
-    "whisper": _whisper,
-    "fairseq": _fairseq,
-    "timestep": _timestep,
+REPLAYS: dict[str, Callable[[Any, int, Encoding], Any]] = {
+    f.__name__: f for f in (tutorial, whisper, fairseq, timestep)
 }
-"""The presets whose original computes in float32, and that arithmetic. tensor2tensor's
-original is TensorFlow, whose float32 ``exp``/``sin`` are not torch's: no bit-for-bit claim can
-be tested here, so it has none."""
+"""The replays a sinusoidal preset's ``replay`` names, by name."""
 
 
-def evaluate(preset: str, enc: Encoding, pos: Positions, dim: int, dtype: Any) -> Any:
-    """``[n, dim]`` rows of flat positions ``pos``, as the original computes them, cast to
-    ``dtype`` (default float32); NumPy positions give NumPy rows."""
-    if preset not in ORIGINALS:
+def evaluate(preset: Preset, enc: Encoding, pos: Positions, dim: int, dtype: Any) -> Any:
+    """``[n, dim]`` rows of flat positions ``pos``, as the original computes them (the
+    preset's ``replay``, a function here), cast to ``dtype`` (default float32); NumPy
+    positions give NumPy rows. tensor2tensor's original is TensorFlow, whose float32
+    ``exp``/``sin`` are not torch's: no bit-for-bit claim can be tested here, so it has no
+    replay."""
+    if not preset.replay:
+        replayed = ", ".join(p.name for p in PRESETS.values() if p.replay)
         raise PosencError(
             f"`compat='original'` applies to presets whose original computes in float32 "
-            f"({', '.join(ORIGINALS)}), not {preset!r}: its exact table is the original's"
+            f"({replayed}), not {preset.name!r}: its exact table is the original's"
         )
     x, numpy_out = compat_in(pos.values)
     out_dtype = compat_dtype(dtype, torch.float32)
-    out = ORIGINALS[preset](x.reshape(-1), dim, enc).to(out_dtype)
+    out = REPLAYS[preset.replay](x.reshape(-1), dim, enc).to(out_dtype)
     (out,) = compat_out((out.reshape(*x.shape, dim),), numpy_out)
     return out
 

@@ -41,7 +41,6 @@ from typing import Any
 
 import torch
 
-from posenc.compat import gemma4
 from posenc.compat.grid import Free, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
 
@@ -76,21 +75,8 @@ def sincos_2d(
 
 CAT_REF = "cat-ref"
 CAT = "cat"
-DINOV3 = "dinov3"
+DINOV3 = "periods"
 PIXEL = "pixel"
-
-ROTARY_FAMILIES = {
-    "eva02": CAT_REF,
-    "perception-encoder": CAT_REF,
-    "vit-rope": CAT,
-    "dinov3": DINOV3,
-    "timm-pixel": PIXEL,
-    "timm-pixel-linear": PIXEL,
-}
-"""Each preset's timm module: ``RotaryEmbeddingCat`` with a ``ref_feat_shape`` (positions
-``(i + offset) / feat * ref``), without one (``i + offset``: ``vit-rope``, at any ``base`` and
-``block_axes``, so also an EVA built without ``ref_feat_shape``), with pixel bands
-(``in_pixels=True``: positions ``linspace(-1, 1, n)``), or ``RotaryEmbeddingDinoV3``."""
 
 
 def _snap(x: float) -> float:
@@ -326,25 +312,13 @@ def mrope_tables(
     return _layout(angles.sin(), True), _layout(angles.cos(), True)
 
 
-def rotary_grid(call: GridCall) -> tuple[Any, Any]:
-    """``posenc.rope_grid(..., preset=family, compat="timm")``: the tables of timm's
-    ``RotaryEmbeddingCat`` (``eva02``, ``perception-encoder``: ``ref_feat_shape``;
-    ``vit-rope``: none, an EVA without one too, with ``base=10000, block_axes=(0, 1)``;
-    ``timm-pixel``, ``timm-pixel-linear``: ``in_pixels=True``) and
-    ``RotaryEmbeddingDinoV3`` (``dinov3``), ``Gemma4RotaryEmbedding2D`` (``gemma4-vision``:
-    :mod:`posenc.compat.gemma4`), their float32
-    operations in timm's order, bit for bit on CPU torch. ``block_axes`` ``(0, 1)`` is timm's
-    ``grid_indexing='ij'``, ``(1, 0)`` ``'xy'``; the layout ``rotate_half``. Returned as
-    ``(cos, sin)`` (timm's ``get_embed`` is ``cat(sin, cos)``); NumPy out unless torch is
-    asked for (a torch ``dtype``, ``device`` or ``like``)."""
-    r = call.r
-    if call.family == gemma4.FAMILY:  # Gemma4RotaryEmbedding2D: transformers' arithmetic
-        return gemma4.rotary_grid(call)
-    kind = ROTARY_FAMILIES.get(call.family)
-    if kind is None:
-        raise PosencError(
-            f"`compat`: 'timm' replays {', '.join(ROTARY_FAMILIES)}, not {call.family!r}"
-        )
+def _replay(call: GridCall, kind: str) -> tuple[Any, Any]:
+    """``posenc.rope_grid(..., preset=family, compat="timm")``: the tables of timm's module of
+    this ``kind``, their float32 operations in timm's order, bit for bit on CPU torch.
+    ``block_axes`` ``(0, 1)`` is timm's ``grid_indexing='ij'``, ``(1, 0)`` ``'xy'``; the layout
+    ``rotate_half``. Returned as ``(cos, sin)`` (timm's ``get_embed`` is ``cat(sin, cos)``);
+    NumPy out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    r = call.rotary
     indexing, rotate_half = _check_table(call.family, kind, r, call.blocks)
     check_form(call, FREE)
     offset: float | None = None
@@ -372,3 +346,26 @@ def rotary_grid(call: GridCall) -> tuple[Any, Any]:
         return cos, sin
 
     return compat_grid(tables, call)
+
+
+def cat_ref(call: GridCall) -> tuple[Any, Any]:
+    """``RotaryEmbeddingCat`` with a ``ref_feat_shape``: positions ``(i + offset) / feat *
+    ref`` (EVA-02, Perception Encoder)."""
+    return _replay(call, CAT_REF)
+
+
+def cat(call: GridCall) -> tuple[Any, Any]:
+    """``RotaryEmbeddingCat`` without a ``ref_feat_shape``: positions ``i + offset`` (RoPE-ViT,
+    at any ``base`` and ``block_axes``, so also an EVA built without one)."""
+    return _replay(call, CAT)
+
+
+def pixel(call: GridCall) -> tuple[Any, Any]:
+    """``RotaryEmbeddingCat`` / ``RotaryEmbedding`` with ``in_pixels=True``: pixel bands over
+    ``linspace(-1, 1, n)``."""
+    return _replay(call, PIXEL)
+
+
+def dinov3(call: GridCall) -> tuple[Any, Any]:
+    """``RotaryEmbeddingDinoV3``: periods over the patch centres."""
+    return _replay(call, DINOV3)

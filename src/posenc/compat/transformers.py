@@ -36,17 +36,17 @@ factor (a module keeps them, as transformers' module keeps its ``inv_freq`` buff
 
 
 def inv_freq(
-    r: Rotary, seq_len: int | None, device: Any = None, casts: Casts = ()
+    rotary: Rotary, seq_len: int | None, device: Any = None, casts: Casts = ()
 ) -> tuple[Any, float]:
     """transformers' float32 inverse frequencies and attention factor for this rule, as a
     freshly built rotary module holds them for a sequence of ``seq_len``: the rule's own
     float32 arithmetic (:attr:`posenc.spec.scaling.Rule.float32`), run with torch; then
     rounded through ``casts`` and back to float32, as the module's forward reads its buffer
     after ``model.to(torch.bfloat16)``."""
-    arithmetic = r.scaling.rule.float32
+    arithmetic = rotary.scaling.rule.float32
     if arithmetic is None:  # the rope functions refuse it before (api.rope._check_compat)
-        raise PosencError(f"rope_type {r.scaling.rope_type!r} has no transformers arithmetic")
-    freq, factor = arithmetic(torch, r.scaling.p, r.dim, r.base, seq_len, device)
+        raise PosencError(f"rope_type {rotary.scaling.rope_type!r} has no transformers arithmetic")
+    freq, factor = arithmetic(torch, rotary.scaling.p, rotary.dim, rotary.base, seq_len, device)
     for dtype in casts:
         freq = freq.to(dtype).float()
     return freq, factor
@@ -56,7 +56,7 @@ _inv_freq = inv_freq  # for the functions whose ``inv_freq`` parameter hides it
 
 
 def rope(
-    r: Rotary,
+    rotary: Rotary,
     pos: Positions,
     seq_len: int | None,
     dtype: Any,
@@ -67,7 +67,7 @@ def rope(
     sections last (as :func:`posenc.rope` passes them); ``casts``: as :func:`inv_freq`.
     ``inv_freq``: ``(freq, factor)`` kept from :func:`inv_freq` for this ``seq_len`` and
     ``casts``, on the positions' device, used instead of recomputing them."""
-    if r.axes_dim is not None or r.spacing != "lang":
+    if rotary.axes_dim is not None or rotary.spacing != "lang":
         raise PosencError(
             "`compat='transformers'` has no axial rule: axial RoPE (FLUX, the image and video "
             "families) is not transformers' language models'; posenc.rope_grid(..., compat=…) "
@@ -75,14 +75,16 @@ def rope(
         )
     x, numpy_out = compat_in(pos.values)
     out_dtype = compat_dtype(dtype, torch.get_default_dtype())
-    freq, factor = _inv_freq(r, seq_len, x.device, casts) if inv_freq is None else inv_freq
+    freq, factor = _inv_freq(rotary, seq_len, x.device, casts) if inv_freq is None else inv_freq
     ids = x.float()
-    if r.sections is not None:  # each frequency reads its section's axis
-        axis = torch.from_numpy(section_axes(r)).to(x.device)
+    if rotary.sections is not None:  # each frequency reads its section's axis
+        axis = torch.from_numpy(section_axes(rotary)).to(x.device)
         angles = torch.take_along_dim(ids, axis.expand(*ids.shape[:-1], -1), dim=-1) * freq
     else:
         angles = ids[..., None] * freq
-    cols = torch.tensor(layout_columns(r.layout, r.dim // 2, r.blocks), device=x.device)
+    cols = torch.tensor(
+        layout_columns(rotary.layout, rotary.dim // 2, rotary.blocks), device=x.device
+    )
     cos = (angles.cos() * factor)[..., cols].to(out_dtype)
     sin = (angles.sin() * factor)[..., cols].to(out_dtype)
     cos, sin = compat_out((cos, sin), numpy_out)
@@ -421,7 +423,7 @@ def _size(config: Any, name: str, model_type: Any) -> int:
 
 
 def polar(
-    r: Rotary,
+    rotary: Rotary,
     pos: Positions,
     seq_len: int | None,
     casts: Casts = (),
@@ -431,6 +433,6 @@ def polar(
     ``polar(1, ids.float() * inv_freq) * attention_factor``, complex64; ``inv_freq``: as
     :func:`rope`'s."""
     x = pos.values
-    freq, factor = _inv_freq(r, seq_len, x.device, casts) if inv_freq is None else inv_freq
+    freq, factor = _inv_freq(rotary, seq_len, x.device, casts) if inv_freq is None else inv_freq
     angles = x.float()[..., None] * freq
     return torch.polar(torch.ones_like(angles), angles) * factor

@@ -20,10 +20,13 @@ from typing import Any
 
 import torch
 
-from posenc.compat import gemma4
 from posenc.compat.grid import GridCall, check_form, compat_grid
 from posenc.errors import PosencError, show
-from posenc.spec.presets.vision import centred
+from posenc.spec.families.base import centred
+from posenc.spec.families.dinov3 import DINOV3
+from posenc.spec.families.llama4_vision import LLAMA4_VISION
+from posenc.spec.families.pixtral import PIXTRAL
+from posenc.spec.families.sam import SAM2, SAM3_VIT
 
 Tables = tuple[torch.Tensor, torch.Tensor]
 Replay = Callable[[Sequence[int], int, float, float, Any], Tables]
@@ -41,10 +44,10 @@ def inv_freq(family: str, dim: int, base: float) -> torch.Tensor:
     """The float32 inverse frequencies a family's module keeps in its ``inv_freq`` buffer (on
     the CPU): Pixtral's one ladder split by parity, DINOv3's ``1 / base ** arange(0, 1, 4 /
     dim)``, the others' ladder over ``dim / 2``."""
-    if family == "pixtral":
+    if family == PIXTRAL.name:
         ladder = _ladder(base, dim)
         return torch.cat([ladder[0::2], ladder[1::2]])
-    if family == "dinov3":
+    if family == DINOV3.name:
         return 1 / base ** torch.arange(0, 1, 4 / dim, dtype=torch.float32)
     return _ladder(base, dim // 2)
 
@@ -56,10 +59,10 @@ def ids_tables(family: str, ids: torch.Tensor, inv: torch.Tensor) -> Tables:
     freqs = ids[..., None].float() * inv.to(device=ids.device, dtype=torch.float)
 
     def recompose(f: torch.Tensor) -> torch.Tensor:
-        if family == "pixtral":  # the row takes the even frequencies, the column the odd
+        if family == PIXTRAL.name:  # the row takes the even frequencies, the column the odd
             f = torch.stack([m[:, i % 2] for i, m in enumerate(f.chunk(2, dim=-1))], dim=1)
         both = torch.cat([f[:, 0], f[:, 1]], dim=-1)
-        if family in ("sam2", "sam3-vit"):
+        if family in (SAM2.name, SAM3_VIT.name):
             return both.repeat_interleave(2, dim=-1)
         return torch.cat([both, both], dim=-1)
 
@@ -124,7 +127,7 @@ def _columns_first(family: str) -> Replay:
     def replay(dims: Sequence[int], dim: int, base: float, step: float, device: Any) -> Tables:
         rows, cols = _row_major_ids(dims[0], dims[1], device)
         ids = torch.stack([cols, rows], dim=-1)
-        ids = ids * step if family == "sam3-vit" else ids
+        ids = ids * step if family == SAM3_VIT.name else ids
         return ids_tables(family, ids, inv_freq(family, dim, base))
 
     return replay
@@ -132,7 +135,7 @@ def _columns_first(family: str) -> Replay:
 
 def _dinov3(dims: Sequence[int], dim: int, base: float, step: float, device: Any) -> Tables:
     """``DINOv3ViTRopePositionEmbedding(pixel_values)`` in eval mode."""
-    return dinov3_tables(dinov3_coords(dims[0], dims[1], device), inv_freq("dinov3", dim, base))
+    return dinov3_tables(dinov3_coords(dims[0], dims[1], device), inv_freq(DINOV3.name, dim, base))
 
 
 def _llama4(
@@ -162,18 +165,6 @@ def _llama4(
     return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
 
 
-FAMILIES: dict[str, Replay] = {
-    "qwen2-vl-vision": _rows_first("qwen2-vl-vision"),
-    "pixtral": _rows_first("pixtral"),
-    "dinov3": _dinov3,
-    "sam2": _columns_first("sam2"),
-    "sam3-vit": _columns_first("sam3-vit"),
-    "llama4-vision": _llama4,
-}
-"""Each family's replay; its layout, blocks and block order are its preset's
-(:func:`~posenc.compat.grid.check_form`)."""
-
-
 def _check_positions(
     family: str, dims: Sequence[int], starts: Sequence[float], steps: Sequence[float], cropped: bool
 ) -> None:
@@ -181,9 +172,9 @@ def _check_positions(
     where = f"`compat='transformers'`: {family}'s module"
     if cropped:
         raise PosencError(f"{where} builds its own positions: `crop` is not one of them")
-    if family == "dinov3":
+    if family == DINOV3.name:
         own = centred(tuple(dims))
-    elif family == "sam3-vit":  # ids times one Python float, window_size / columns
+    elif family == SAM3_VIT.name:  # ids times one Python float, window_size / columns
         scale = steps[0]
         if scale <= 0 or steps[1] != scale:
             raise PosencError(
@@ -192,7 +183,7 @@ def _check_positions(
             )
         own = ([0.0, 0.0], [scale, scale])
     else:
-        first = 1.0 if family == "llama4-vision" else 0.0
+        first = 1.0 if family == LLAMA4_VISION.name else 0.0
         own = ([first] * len(dims), [1.0] * len(dims))
     for name, given, expected in (("start", starts, own[0]), ("step", steps, own[1])):
         if list(given) != list(expected):
@@ -200,31 +191,56 @@ def _check_positions(
                 f"{where} puts the patches at `{name}` {show(tuple(expected))} for this grid, "
                 f"got {show(tuple(given))}"
             )
-    if family == "llama4-vision" and dims[0] != dims[1]:
+    if family == LLAMA4_VISION.name and dims[0] != dims[1]:
         raise PosencError(
             f"{where} holds the square image_size / patch_size grid: `shape` must be (n, n), "
             f"got {tuple(dims)}"
         )
 
 
-def rotary_grid(call: GridCall) -> tuple[Any, Any]:
+def _replay(call: GridCall, replay: Replay) -> tuple[Any, Any]:
     """``posenc.rope_grid(shape, dim, preset=family, compat="transformers")``: the module's
     float32 ``cos, sin`` of a ``(rows, columns)`` grid, ``[rows * columns, dim]``, tokens
     row-major, in posenc's layout of the family (halves: Qwen2-VL, Pixtral, DINOv3;
-    interleaved: SAM 2, SAM 3, Llama 4, whose complex slots become channel pairs). Cast to ``dtype``
-    as the modules cast theirs (Pixtral and DINOv3 to the activations' dtype). NumPy out
-    unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
-    r = call.r
-    if call.family == gemma4.FAMILY:  # shared with timm's module: one replay
-        return gemma4.rotary_grid(call)
-    if call.family not in FAMILIES:
-        raise PosencError(f"`compat={call.compat!r}` has no replay of preset {call.family!r}")
+    interleaved: SAM 2, SAM 3, Llama 4, whose complex slots become channel pairs). Cast to
+    ``dtype`` as the modules cast theirs (Pixtral and DINOv3 to the activations' dtype). NumPy
+    out unless torch is asked for (a torch ``dtype``, ``device`` or ``like``)."""
+    r = call.rotary
     check_form(call)  # the module's layout, blocks, factors and block order
     _check_positions(call.family, call.dims, call.starts, call.steps, call.cropped)
-    replay = FAMILIES[call.family]
 
     def tables(work: torch.device) -> Tables:
         with torch.no_grad():
             return replay(call.dims, r.dim, float(r.base), float(call.steps[0]), work)
 
     return compat_grid(tables, call)
+
+
+def qwen2_vl_vision(call: GridCall) -> tuple[Any, Any]:
+    """``Qwen2VLVisionRotaryEmbedding``'s tables of one image (:func:`_replay`)."""
+    return _replay(call, _rows_first(call.family))
+
+
+def pixtral(call: GridCall) -> tuple[Any, Any]:
+    """``PixtralVisionRotaryEmbedding``'s tables of one image (:func:`_replay`)."""
+    return _replay(call, _rows_first(call.family))
+
+
+def dinov3(call: GridCall) -> tuple[Any, Any]:
+    """``DINOv3ViTRopePositionEmbedding``'s tables in eval mode (:func:`_replay`)."""
+    return _replay(call, _dinov3)
+
+
+def sam2(call: GridCall) -> tuple[Any, Any]:
+    """``Sam2VideoVisionRotaryEmbedding``'s tables (:func:`_replay`)."""
+    return _replay(call, _columns_first(call.family))
+
+
+def sam3_vit(call: GridCall) -> tuple[Any, Any]:
+    """``Sam3ViTRotaryEmbedding``'s tables at a layer's ids (:func:`_replay`)."""
+    return _replay(call, _columns_first(call.family))
+
+
+def llama4_vision(call: GridCall) -> tuple[Any, Any]:
+    """``Llama4VisionRotaryEmbedding``'s tables, the class token left out (:func:`_replay`)."""
+    return _replay(call, _llama4)

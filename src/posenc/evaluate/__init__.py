@@ -367,21 +367,25 @@ def detr_coordinates(mask: Any, normalize: bool) -> Any:
 # rotary positions
 
 
-def rotary_axes_last(r: Rotary, pos: Positions) -> Positions:
+def rotary_axes_last(rotary: Rotary, pos: Positions) -> Positions:
     """Positions with the coordinate axis last: sections' leading axis moved there, a
     trailing axis of ``axes_dim`` checked."""
     x = pos.values
-    k = r.ndim
-    if r.sections is not None:
+    k = rotary.ndim
+    if rotary.sections is not None:
         if x.ndim < 1 or x.shape[0] != k:
             raise PosencError(
                 f"`positions` must have a leading axis of {k} rows (one per section of "
-                f"{r.sections}), got shape {tuple(x.shape)}"
+                f"{rotary.sections}), got shape {tuple(x.shape)}"
             )
         perm = (*range(1, x.ndim), 0)
         return Positions(backend_of(x).permute(x, perm), pos.integral, pos.low, pos.high)
     if k > 1 and (x.ndim < 1 or x.shape[-1] != k):
-        what = f"`axes_dim` {r.axes_dim}" if r.axes_dim is not None else f"spacing {r.spacing!r}"
+        what = (
+            f"`axes_dim` {rotary.axes_dim}"
+            if rotary.axes_dim is not None
+            else f"spacing {rotary.spacing!r}"
+        )
         raise PosencError(
             f"`positions` must have a last axis of {k} coordinates (one per axis of {what}), "
             f"got shape {tuple(x.shape)}"
@@ -389,15 +393,15 @@ def rotary_axes_last(r: Rotary, pos: Positions) -> Positions:
     return pos
 
 
-def rotary_seq_len(r: Rotary, pos: Positions, seq_len: Any) -> int | None:
+def rotary_seq_len(rotary: Rotary, pos: Positions, seq_len: Any) -> int | None:
     """The length the rule reads: ``seq_len``, or the largest position + 1."""
-    if not r.scaling.rule.uses_seq_len:
+    if not rotary.scaling.rule.uses_seq_len:
         return None if seq_len is None else check_int("seq_len", seq_len, minimum=1)
     if seq_len is not None:
         return check_int("seq_len", seq_len, minimum=1)
     if pos.high is None:
         raise PosencError(
-            f"`seq_len` is required for rope_type {r.scaling.rope_type!r} when the positions "
+            f"`seq_len` is required for rope_type {rotary.scaling.rope_type!r} when the positions "
             "cannot be read (traced or meta)"
         )
     return int(np.floor(pos.high)) + 1

@@ -144,25 +144,25 @@ class Rotary:
         return kept.labelled(label)
 
 
-def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
+def _plan(rotary: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
     factor = 1.0
     axis_factors: tuple[float, ...] | None = None
-    if r.spacing == "ltx":  # one ladder, each frequency read by t, h, w in turn
-        a = r.ladder_axes
-        n, still = r.dim // (2 * a), (r.dim % (2 * a)) // 2
+    if rotary.spacing == "ltx":  # one ladder, each frequency read by t, h, w in turn
+        a = rotary.ladder_axes
+        n, still = rotary.dim // (2 * a), (rotary.dim % (2 * a)) // 2
         u = np.arange(n, dtype=np.float64) / max(n - 1, 1)
-        ladder = (np.pi / 2) * r.base**u
+        ladder = (np.pi / 2) * rotary.base**u
         blocks.append((np.zeros(still), np.zeros(still, dtype=np.int64)))
         blocks.append((np.repeat(ladder, a), np.tile(np.arange(a), n)))
-    elif r.axes_dim is not None:
-        scales = r.axes_scale or (1.0,) * len(r.axes_dim)
-        bases = r.axes_base or (r.base,) * len(r.axes_dim)
-        rules = r.axes_scaling or (r.scaling,) * len(r.axes_dim)
-        factors = [1.0] * len(r.axes_dim)
-        for k, (dk, scale, base) in enumerate(zip(r.axes_dim, scales, bases, strict=True)):
-            if r.spacing in PIXEL:  # timm's pixel bands: no scaling rule (checked)
-                omega = pixel_bands(dk // 2, base, linear=r.spacing == "pixel-linear")
+    elif rotary.axes_dim is not None:
+        scales = rotary.axes_scale or (1.0,) * len(rotary.axes_dim)
+        bases = rotary.axes_base or (rotary.base,) * len(rotary.axes_dim)
+        rules = rotary.axes_scaling or (rotary.scaling,) * len(rotary.axes_dim)
+        factors = [1.0] * len(rotary.axes_dim)
+        for k, (dk, scale, base) in enumerate(zip(rotary.axes_dim, scales, bases, strict=True)):
+            if rotary.spacing in PIXEL:  # timm's pixel bands: no scaling rule (checked)
+                omega = pixel_bands(dk // 2, base, linear=rotary.spacing == "pixel-linear")
             else:
                 omega, factors[k] = rules[k].frequencies(dk, base, seq_len)
             blocks.append((omega * scale, np.full(len(omega), k)))
@@ -170,33 +170,33 @@ def _plan(r: Rotary, seq_len: int | None, label: str) -> Plan:
         if len(set(factors)) > 1:  # a magnitude on some axes only: each axis its own
             axis_factors = tuple(factors)
     else:
-        omega, factor = r.scaling.frequencies(r.dim, r.base, seq_len)
-        blocks.append((omega, section_axes(r)))
+        omega, factor = rotary.scaling.frequencies(rotary.dim, rotary.base, seq_len)
+        blocks.append((omega, section_axes(rotary)))
     omega = np.concatenate([b[0] for b in blocks])
     axis = np.concatenate([b[1] for b in blocks]).astype(np.int64)
-    if r.interleave_axes:  # frequency j of every block in turn, then j + 1 (Lumina-Next)
+    if rotary.interleave_axes:  # frequency j of every block in turn, then j + 1 (Lumina-Next)
         rank = np.concatenate([np.arange(len(b[0])) for b in blocks])
         turn = np.lexsort((axis, rank))
         omega, axis = omega[turn], axis[turn]
-    cols = np.asarray(layout_columns(r.layout, len(omega), r.blocks), dtype=np.int64)
+    cols = np.asarray(layout_columns(rotary.layout, len(omega), rotary.blocks), dtype=np.int64)
     src = np.concatenate([2 * cols + 1, 2 * cols])  # cosines, then sines
     if axis_factors is not None:
-        return Plan(len(src), r.ndim, omega, axis, src, label, 1.0, axis_factors)
-    return Plan(len(src), r.ndim, omega, axis, src, label, factor)
+        return Plan(len(src), rotary.ndim, omega, axis, src, label, 1.0, axis_factors)
+    return Plan(len(src), rotary.ndim, omega, axis, src, label, factor)
 
 
-def section_axes(r: Rotary) -> np.ndarray:
+def section_axes(rotary: Rotary) -> np.ndarray:
     """The position axis of each of the ``d / 2`` frequencies."""
-    n = r.dim // 2
-    if r.sections is None:
+    n = rotary.dim // 2
+    if rotary.sections is None:
         return np.zeros(n, dtype=np.int64)
-    if not r.interleave_sections:
-        return np.repeat(np.arange(len(r.sections)), r.sections)
-    k = len(r.sections)
+    if not rotary.interleave_sections:
+        return np.repeat(np.arange(len(rotary.sections)), rotary.sections)
+    k = len(rotary.sections)
     j = np.arange(n)
     axis = np.zeros(n, dtype=np.int64)
     for a in range(1, k):  # Qwen3-VL: axis a takes j = a mod k below k * sections[a]
-        axis[(j % k == a) & (j < k * r.sections[a])] = a
+        axis[(j % k == a) & (j < k * rotary.sections[a])] = a
     return axis
 
 
@@ -263,15 +263,15 @@ def rotary(
     return r if per_axis is None else with_axes_scaling(r, per_axis)
 
 
-def with_axes_scaling(r: Rotary, scaling: Any, order: Any = None) -> Rotary:
+def with_axes_scaling(rotary: Rotary, scaling: Any, order: Any = None) -> Rotary:
     """``r`` with one scaling rule (a dict, or None: unscaled) per block of ``axes_dim``;
     ``order``: the block of each entry (default: entry ``a`` is block ``a``)."""
-    if r.axes_dim is None or r.spacing != "lang":
+    if rotary.axes_dim is None or rotary.spacing != "lang":
         raise PosencError(
             "`scaling` as one rule per axis needs one block per axis (`axes_dim` or an axial "
             f"preset), got {show(scaling)}"
         )
-    n = len(r.axes_dim)
+    n = len(rotary.axes_dim)
     if len(scaling) != n:
         raise PosencError(
             f"`scaling` must be one rule or {n} (one per axis, None for an axis left as it is), "
@@ -293,8 +293,8 @@ def with_axes_scaling(r: Rotary, scaling: Any, order: Any = None) -> Rotary:
     blocks = list(range(n)) if order is None else list(order)
     per_block = [parsed[blocks.index(b)] for b in range(n)]
     if all(one.is_default for one in per_block):
-        return r
-    return dataclasses.replace(r, axes_scaling=tuple(per_block))
+        return rotary
+    return dataclasses.replace(rotary, axes_scaling=tuple(per_block))
 
 
 def _rotary(

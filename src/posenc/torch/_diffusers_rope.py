@@ -16,18 +16,19 @@ from posenc.api.rope_grid import rope_grid
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
 from posenc.evaluate.positions import grid_shape
+from posenc.spec.families.cogview4 import COGVIEW4
+from posenc.spec.families.cosmos import COSMOS
+from posenc.spec.families.ltx_video import LTX_VIDEO
+from posenc.spec.families.qwen_image import QWEN_IMAGE
 from posenc.torch.axial import AxialRotaryEmbedding
 
 
 class VideoRope(AxialRotaryEmbedding):
     """The stand-in for a video rotary module: ``forward(hidden_states)`` with latents ``[B,
-    C, F, H, W]``, the tables of the patched grid ``(F / p_t, H / p_h, W / p_w)``.
-
-    Wan's form (``wan=True``) returns ``[1, S, 1, D]`` tables in the module's dtype (diffusers
-    keeps float32 buffers, which ``.to()`` casts); HunyuanVideo's ``[S, D]`` float32 on the
-    latents' device. ``compat``: the ``compat=`` mode of :func:`posenc.rope_grid` that
-    repeats diffusers' arithmetic (``"diffusers"``, or ``"diffusers-mps"``: Wan on an MPS
-    host)."""
+    C, F, H, W]``, the tables of the patched grid ``(F / p_t, H / p_h, W / p_w)``, in
+    HunyuanVideo's form: ``[S, D]`` float32 on the latents' device (its module holds no
+    tensor, so ``.to()`` changes nothing); Wan's is :class:`WanRope`. ``compat``: the
+    ``compat=`` mode of :func:`posenc.rope_grid` that repeats diffusers' arithmetic."""
 
     def __init__(
         self,
@@ -35,7 +36,6 @@ class VideoRope(AxialRotaryEmbedding):
         dim: int,
         patch: tuple[int, int, int],
         *,
-        wan: bool,
         compat: str | None = None,
         axes_dim: tuple[int, ...] | None = None,
         base: float | None = None,
@@ -45,12 +45,11 @@ class VideoRope(AxialRotaryEmbedding):
         super().__init__(
             dim, preset=preset, axes_dim=axes_dim, base=base, axes_base=axes_base, device=device
         )
-        self.patch_size, self.wan, self.compat = tuple(patch), wan, compat
+        self.patch_size, self.compat = tuple(patch), compat
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VideoRope:
         super()._apply(fn, recurse)
-        if not self.wan:  # HunyuanVideo's module holds no tensor: float32 whatever .to() says
-            self._dtype = torch.float32
+        self._dtype = torch.float32  # the original holds no tensor: float32 whatever .to() says
         return self
 
     def grid(self, hidden_states: Tensor) -> tuple[int, int, int]:
@@ -76,9 +75,11 @@ class VideoRope(AxialRotaryEmbedding):
             cos, sin = cos.to(self._dtype), sin.to(self._dtype)  # buffers .to() cast
         else:  # rounded once, to the dtype the module was moved to (Wan's) or float32
             cos, sin = super().forward(shape, dtype=self._dtype)
-        if not self.wan:
-            return cos.to(hidden_states.device), sin.to(hidden_states.device)
-        return cos[None, :, None], sin[None, :, None]
+        return self.shaped(cos, sin, hidden_states)
+
+    def shaped(self, cos: Tensor, sin: Tensor, hidden_states: Tensor) -> tuple[Tensor, Tensor]:
+        """The ``[S, D]`` tables as the original returns them: on the latents' device."""
+        return cos.to(hidden_states.device), sin.to(hidden_states.device)
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
         __call__ = forward  # type: ignore[assignment]
@@ -111,6 +112,20 @@ class VideoRope(AxialRotaryEmbedding):
         return f"{super().extra_repr()}, patch_size={self.patch_size}{mode}"
 
 
+class WanRope(VideoRope):
+    """:class:`VideoRope` in Wan's form: ``[1, S, 1, D]`` tables in the module's dtype
+    (diffusers keeps float32 buffers, which ``.to()`` casts); ``compat`` ``"diffusers"``, or
+    ``"diffusers-mps"`` on an MPS host (float32 angles)."""
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VideoRope:
+        AxialRotaryEmbedding._apply(self, fn, recurse)  # the buffers' dtype follows .to()
+        return self
+
+    def shaped(self, cos: Tensor, sin: Tensor, hidden_states: Tensor) -> tuple[Tensor, Tensor]:
+        """The ``[S, D]`` tables as ``[1, S, 1, D]``."""
+        return cos[None, :, None], sin[None, :, None]
+
+
 class CosmosRope(VideoRope):
     """The stand-in for diffusers' ``CosmosRotaryPosEmbed``: ``forward(hidden_states,
     fps=None)``, ``(cos, sin)`` ``[S, D]`` float32 (diffusers' dtype, whatever ``.to()``
@@ -128,10 +143,9 @@ class CosmosRope(VideoRope):
         device: Any = None,
     ) -> None:
         super().__init__(
-            "cosmos",
+            COSMOS.name,
             dim,
             patch,
-            wan=False,
             compat=compat,
             axes_dim=axes,
             axes_base=bases,
@@ -150,7 +164,7 @@ class CosmosRope(VideoRope):
             cos, sin = rope_grid(
                 shape,
                 self.dim,
-                preset="cosmos",
+                preset=COSMOS.name,
                 axes_dim=r.axes_dim,
                 axes_base=r.axes_base,
                 step=(step, 1.0, 1.0),
@@ -178,7 +192,7 @@ class QwenImageRope(nn.Module):
         cos, sin = rope_grid(
             shape,
             sum(self.axes_dim),
-            preset="qwen-image",
+            preset=QWEN_IMAGE.name,
             base=self.theta,
             axes_dim=self.axes_dim,
             layout="compact",
@@ -265,7 +279,7 @@ class LTXRope(nn.Module):
         super().__init__()
         self.dim, self.bases, self.patch, self.theta = dim, bases, patch, theta
         self.compat = compat
-        rope_grid((1, 1, 1), dim, preset="ltx-video", base=theta)  # refused now if it cannot
+        rope_grid((1, 1, 1), dim, preset=LTX_VIDEO.name, base=theta)  # refused now if it cannot
 
     def forward(
         self,
@@ -291,7 +305,7 @@ class LTXRope(nn.Module):
         cos, sin = rope_grid(
             dims,
             self.dim,
-            preset="ltx-video",
+            preset=LTX_VIDEO.name,
             base=self.theta,
             step=steps,
             compat=self.compat,
@@ -306,12 +320,12 @@ class LTXRope(nn.Module):
             return original.ltx_tables(grid, self.dim, self.theta)
         base = torch.tensor(self.bases, dtype=torch.float64, device=coords.device)
         ids = 2 * coords.double().transpose(1, 2) / base - 1  # [B, N, 3]
-        cos, sin = rope(ids, self.dim, preset="ltx-video", base=self.theta, dtype=torch.float32)
+        cos, sin = rope(ids, self.dim, preset=LTX_VIDEO.name, base=self.theta, dtype=torch.float32)
         return cos.to(device), sin.to(device)
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{self.dim}, preset='ltx-video', base={self.theta:g}{mode}"
+        return f"{self.dim}, preset={LTX_VIDEO.name!r}, base={self.theta:g}{mode}"
 
 
 class CogView4Rope(nn.Module):
@@ -331,7 +345,7 @@ class CogView4Rope(nn.Module):
         super().__init__()
         self.dim, self.patch_size, self.theta, self.canvas = dim, patch, theta, canvas
         self.compat = compat
-        rope_grid((1, 1), dim, preset="cogview4", base=theta)  # refused now if it cannot
+        rope_grid((1, 1), dim, preset=COGVIEW4.name, base=theta)  # refused now if it cannot
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:
         """The tables of the latents' patch grid."""
@@ -342,9 +356,9 @@ class CogView4Rope(nn.Module):
         if self.canvas is not None:
             rows, cols = rows * self.canvas[0] // h, cols * self.canvas[1] // w
         ids = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
-        cos, sin = rope(ids, self.dim, preset="cogview4", base=self.theta, dtype=torch.float32)
+        cos, sin = rope(ids, self.dim, preset=COGVIEW4.name, base=self.theta, dtype=torch.float32)
         return cos, sin
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{self.dim}, preset='cogview4', canvas={self.canvas}{mode}"
+        return f"{self.dim}, preset={COGVIEW4.name!r}, canvas={self.canvas}{mode}"

@@ -22,20 +22,19 @@ from posenc.errors import PosencError
 
 
 def axis_tables(
-    family: str,
+    rows: original.Rows | None,
     theta: float,
     axes_dim: tuple[int, ...],
     axes_lens: tuple[int, ...],
     dtype: torch.dtype,
-    compat: str | None,
 ) -> list[Tensor]:
     """Per axis the complex table ``[len, d_a / 2]`` of rows ``0 … len - 1`` (on the CPU):
     exact, each row's ``exp(i p w_j)`` rounded once to ``dtype`` (complex64 or complex128), or
-    ``family``'s own (``compat``: ``"diffusers"``, ``"diffusers-mps"``)."""
+    the original's ``rows`` (its ``compat`` replay)."""
     tables = []
     for d, n in zip(axes_dim, axes_lens, strict=True):
-        if compat is not None:
-            tables.append(original.gathered_rows(family, compat, d, torch.arange(n), theta))
+        if rows is not None:
+            tables.append(rows(d, torch.arange(n), theta))
             continue
         real = np.float64 if dtype == torch.complex128 else np.float32
         cos, sin = rope(np.arange(n), d, base=theta, layout="compact", dtype=real)
@@ -73,7 +72,8 @@ class Lumina2Rope(nn.Module):
         super().__init__()
         self.theta, self.axes_dim, self.axes_lens = theta, tuple(axes_dim), tuple(axes_lens)
         self.patch_size, self.compat = patch_size, compat
-        self.freqs_cis = axis_tables("lumina2", theta, self.axes_dim, self.axes_lens, dtype, compat)
+        rows = None if compat is None else original.lumina2_rows(compat)
+        self.freqs_cis = axis_tables(rows, theta, self.axes_dim, self.axes_lens, dtype)
 
     def positions(self, caps: list[int], rows: int, cols: int, device: Any) -> Tensor:
         """The ids ``[B, max(L_i) + rows * cols, 3]`` of each caption length ``L_i``."""
@@ -130,9 +130,8 @@ class ZImageRope(nn.Module):
         super().__init__()
         self.theta, self.axes_dims, self.axes_lens = theta, tuple(axes_dims), tuple(axes_lens)
         self.compat = compat
-        self.freqs_cis = axis_tables(
-            "z-image", theta, self.axes_dims, self.axes_lens, torch.complex64, compat
-        )
+        rows = None if compat is None else original.z_image_rows
+        self.freqs_cis = axis_tables(rows, theta, self.axes_dims, self.axes_lens, torch.complex64)
 
     def forward(self, ids: Tensor) -> Tensor:
         """The rows of ids ``[N, k]`` (each below its axis's ``axes_lens``)."""

@@ -13,9 +13,10 @@ from torch import Tensor
 from posenc.api.rope import rope
 from posenc.compat import gemma4 as original
 from posenc.errors import PosencError
+from posenc.spec.families.gemma4_vision import GEMMA4_VISION
 from posenc.torch._base import _Tracked
 
-PRESET = original.FAMILY
+PRESET = GEMMA4_VISION.name
 
 
 class Gemma4VisionRope(_Tracked):

@@ -18,12 +18,16 @@ from posenc.api.rope import rope
 from posenc.api.rope_grid import rope_grid
 from posenc.compat import transformers_vision as original
 from posenc.errors import PosencError
+from posenc.spec.families.dinov3 import DINOV3
+from posenc.spec.families.llama4_vision import LLAMA4_VISION
+from posenc.spec.families.pixtral import PIXTRAL
+from posenc.spec.families.sam import SAM2, SAM3_VIT
 from posenc.torch._base import _Tracked
 
 
 class VisionRope(_Tracked):
     """The stand-in for a transformers vision-tower rotary module of one ``family`` (a preset
-    of :mod:`posenc.spec.presets.vision_transformers`): called as the original is.
+    of :mod:`posenc.spec.families`): called as the original is.
 
     Exact (``compat=False``): posenc's tables (float64 angles, one rounding). Compat: the
     module's float32 arithmetic, step for step, with the ``inv_freq`` its buffer holds (the
@@ -66,7 +70,7 @@ class VisionRope(_Tracked):
     # -- state: only the tracked dtype and device (and tables kept for them) ------------------
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> VisionRope:
-        if self.family == "llama4-vision":  # the original's buffer is complex: follow its cast
+        if self.family == LLAMA4_VISION.name:  # the original's buffer is complex: follow its cast
             with warnings.catch_warnings():  # a real cast: the original's buffer warns
                 warnings.simplefilter("ignore")
                 probe = fn(torch.empty(0, dtype=self._llama_dtype, device=self._device))
@@ -88,9 +92,9 @@ class VisionRope(_Tracked):
     def forward(self, x: Tensor, position_ids: Tensor | None = None) -> Any:
         """As the original: ``(x, position_ids)`` for the id forms; ``(pixel_values)`` for
         DINOv3; ``(hidden_states)`` for Llama 4."""
-        if self.family == "dinov3":
+        if self.family == DINOV3.name:
             return self._dinov3(x)
-        if self.family == "llama4-vision":
+        if self.family == LLAMA4_VISION.name:
             return self._llama4(x.device)
         if position_ids is None:
             raise PosencError(f"{type(self).__name__}({self.family!r}) needs `position_ids`")
@@ -100,9 +104,9 @@ class VisionRope(_Tracked):
                 if self.compat
                 else self._exact_ids(x, position_ids)
             )
-        if self.family == "pixtral":
+        if self.family == PIXTRAL.name:
             return cos.to(x.dtype), sin.to(x.dtype)
-        if self.family in ("sam2", "sam3-vit"):
+        if self.family in (SAM2.name, SAM3_VIT.name):
             return cos[None], sin[None]
         return cos, sin
 
@@ -110,7 +114,7 @@ class VisionRope(_Tracked):
         return original.ids_tables(self.family, ids, self._inv(x.device))
 
     def _exact_ids(self, x: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
-        if self.family == "sam3-vit":  # the layer's own ids: the grid at i * window / columns
+        if self.family == SAM3_VIT.name:  # the layer's own ids: the grid at i * window / columns
             (h, w), scale = self.grid
             key = ("grid", x.device)
             if key not in self._kept:
@@ -141,7 +145,7 @@ class VisionRope(_Tracked):
         augment = (c.pos_embed_shift, c.pos_embed_jitter, c.pos_embed_rescale)
         if not self.compat and not (self.training and any(a is not None for a in augment)):
             cos, sin = rope_grid(
-                (h, w), self.dim, preset="dinov3", base=self.base, dtype=dtype, device=device
+                (h, w), self.dim, preset=DINOV3.name, base=self.base, dtype=dtype, device=device
             )
             return cos.contiguous(), sin.contiguous()
         coords = original.dinov3_coords(h, w, device)
@@ -165,7 +169,7 @@ class VisionRope(_Tracked):
             cos, sin = rope_grid(
                 (n, n),
                 self.dim,
-                preset="llama4-vision",
+                preset=LLAMA4_VISION.name,
                 base=self.base,
                 compat=mode,
                 device=device,

@@ -169,7 +169,7 @@ class KandinskyRope3D(_KandinskyRope):
         return f"axes_dims={self.axes_dims}, base={self.max_period:g}{mode}"
 
 
-FORMS = ("omnigen", "ideogram4", "cosmos3", "minimax", "audiodit", "anima")
+FORMS = ("longrope", "ideogram4", "cosmos3", "minimax", "audiodit", "anima")
 """The call forms of :class:`HalvesRope`: the modules it stands in for."""
 KEPT = ("ideogram4", "cosmos3", "anima")
 """The forms whose originals read a kept ``inv_freq`` buffer (``.to()`` casts it)."""
@@ -179,7 +179,7 @@ class HalvesRope(_Tracked):
     """The stand-in for diffusers' one-off rotary modules in the ``rotate_half`` form, each
     called as its original is (``form``):
 
-    - ``"omnigen"``: ``OmniGenSuScaledRotaryEmbedding``, ``forward(hidden_states,
+    - ``"longrope"``: OmniGen's ``OmniGenSuScaledRotaryEmbedding``, ``forward(hidden_states,
       position_ids [B, L])`` -> ``[L, dim]`` float32 of the batch's first item (Phi-3
       ``longrope``: ``scaling``; the long factors past the batch's largest position);
     - ``"ideogram4"``: ``Ideogram4MRoPE``, ``forward(position_ids [B, L, 3])`` -> ``[B, L,
@@ -271,7 +271,7 @@ class HalvesRope(_Tracked):
         out: tuple[Tensor, Tensor] = call(*args, **kwargs)
         return out
 
-    def _omnigen(self, hidden_states: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+    def _longrope(self, hidden_states: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         seq_len = int(position_ids.max()) + 1
         return self.table(position_ids[0].to(hidden_states.device), seq_len, torch.float32)
 

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from posenc.api.rope import rope
 from posenc.compat.diffusers_ltx2 import ltx2_coords, ltx2_tables
 from posenc.errors import PosencError
+from posenc.spec.families.ltx2 import LTX2_AUDIO, LTX2_VIDEO
 
 
 class LTX2Rope(nn.Module):
@@ -148,7 +149,7 @@ class LTX2Rope(nn.Module):
             )
         base = torch.tensor(self.bases[:k], dtype=torch.float64, device=c.device)
         ids = 2 * c.transpose(1, 2) / base - 1  # [B, N, k]
-        preset = "ltx2-video" if k == 3 else "ltx2-audio"
+        preset = LTX2_VIDEO.name if k == 3 else LTX2_AUDIO.name
         layout = "compact" if self.rope_type == "split" else "interleaved"
         cos, sin = rope(
             ids if k == 3 else ids[..., 0],

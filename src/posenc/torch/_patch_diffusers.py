@@ -25,6 +25,8 @@ from torch import Tensor, nn
 from posenc.api.rope import rope
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
+from posenc.spec.families import flux
+from posenc.spec.presets.sinusoidal import DIFFUSERS_2D, VASWANI
 from posenc.torch import (
     _patch_diffusers_gathered,
     _patch_diffusers_ids,
@@ -101,7 +103,7 @@ def sequence_table(path: str, module: nn.Module, root: nn.Module) -> Found | Non
         isinstance(saved, Tensor) and saved.ndim == 3 and saved.shape[0] == 1 and takes == ("x",)
     ):
         return unlike(name, "diffusers")
-    return fixed_tables.one_d(name, saved, fixed_tables.SequencePositions, "vaswani")
+    return fixed_tables.one_d(name, saved, fixed_tables.SequencePositions, VASWANI.name)
 
 
 @by_class("diffusers", "Timesteps")
@@ -167,7 +169,7 @@ class SinCosPatchEmbed(nn.Module):
         self.side = self.pos_embed_max_size or math.isqrt(saved.shape[-2])
         self.grid = GridEncoding(
             self.dim,
-            preset="diffusers-2d",
+            preset=DIFFUSERS_2D.name,
             base_size=self.base_size,
             interpolation_scale=self.interpolation_scale,
             pos_embed_max_size=self.pos_embed_max_size,
@@ -363,7 +365,7 @@ class AxialRope(nn.Module):
         return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{_mode(self.compat)}"
 
 
-@by_class("diffusers", *FLUX_FORMS)
+@by_class(flux.IDS)
 def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """FLUX's ``FluxPosEmbed`` (and its copies), measured at ids ``0 … 1023`` on every axis."""
     name = type(module).__name__

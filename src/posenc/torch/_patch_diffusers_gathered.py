@@ -14,6 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc.errors import PosencError
+from posenc.spec.families import lumina
+from posenc.spec.families.lumina import LUMINA2, Z_IMAGE
 from posenc.torch._gathered_rope import Lumina2Rope, ZImageRope
 from posenc.torch._patching import Found, Recogniser, by_class, from_library, left_alone, unlike
 
@@ -23,7 +25,7 @@ def _tables(mod: Any) -> list[Tensor]:
     return [torch.view_as_real(t) for t in mod.freqs_cis]
 
 
-@by_class("diffusers", "Lumina2RotaryPosEmbed")
+@by_class(lumina.LUMINA2_MODULE)
 def lumina2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Lumina-Image-2.0's rotary module: its complex tables (complex128; complex64 when built
     on a host with MPS), measured whole."""
@@ -50,7 +52,7 @@ def lumina2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     return Found(
         name,
-        f"posenc.rope(ids, {sum(axes)}, preset='lumina2', axes_dim={axes})",
+        f"posenc.rope(ids, {sum(axes)}, preset={LUMINA2.name!r}, axes_dim={axes})",
         build,
         numbers=lambda: _tables(module),
         probe=_tables,
@@ -90,7 +92,7 @@ def z_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     return Found(
         name,
-        f"posenc.rope(ids, {sum(axes)}, preset='z-image', axes_dim={axes})",
+        f"posenc.rope(ids, {sum(axes)}, preset={Z_IMAGE.name!r}, axes_dim={axes})",
         build,
         numbers=numbers,
         probe=_tables,

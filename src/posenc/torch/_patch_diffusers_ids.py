@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from posenc.errors import PosencError
+from posenc.spec.families import flux
 from posenc.torch._ids_rope import ErnieRope, MatrixRope
 from posenc.torch._patching import Found, Recogniser, by_class, unlike
 
@@ -25,7 +26,7 @@ def _ids(n: int) -> torch.Tensor:
     return torch.arange(ROWS, dtype=torch.float32)[None, :, None].expand(1, -1, n)
 
 
-@by_class("diffusers", *MATRIX_FORMS)
+@by_class(flux.MATRICES)
 def matrix_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HiDream's ``HiDreamImageEmbedND`` and PRX's ``PRXEmbedND``: rotation matrices of ids,
     float64 in diffusers."""
@@ -53,7 +54,7 @@ def matrix_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
-@by_class("diffusers", "ErnieImageEmbedND3")
+@by_class(flux.ERNIE)
 def ernie_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Ernie-Image's ``ErnieImageEmbedND3``: float32 angles of ids."""
     name = type(module).__name__

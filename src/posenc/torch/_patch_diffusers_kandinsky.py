@@ -16,7 +16,14 @@ from torch import Tensor, nn
 
 from posenc.compat.diffusers_kandinsky import inv_freq
 from posenc.errors import PosencError
-from posenc.spec.presets.vision_kandinsky import KANDINSKY_SCALE, KANDINSKY_SCALE_LARGE
+from posenc.spec.families import kandinsky, omnigen
+from posenc.spec.families.kandinsky import (
+    KANDINSKY5,
+    KANDINSKY6,
+    KANDINSKY_SCALE,
+    KANDINSKY_SCALE_LARGE,
+)
+from posenc.spec.families.omnigen import OMNIGEN
 from posenc.torch._kandinsky_rope import KEPT, HalvesRope, KandinskyRope1D, KandinskyRope3D
 from posenc.torch._patching import (
     Found,
@@ -29,9 +36,6 @@ from posenc.torch._patching import (
     unlike,
 )
 
-ONE_D = ("Kandinsky5RoPE1D", "Kandinsky6RoPE1D")
-THREE_D = ("Kandinsky5RoPE3D", "Kandinsky6RoPE3D", "Kandinsky6SRRoPE3D")
-
 
 def _built(make: Any) -> nn.Module | str:
     try:
@@ -41,7 +45,7 @@ def _built(make: Any) -> nn.Module | str:
     return out
 
 
-@by_class("diffusers", *ONE_D)
+@by_class(kandinsky.TEXT)
 def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Kandinsky's text (and Kandinsky 6's audio) rotary module, measured over its rows
     ``0 … max_pos - 1``."""
@@ -70,10 +74,10 @@ def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     def run(mod: nn.Module) -> list[Tensor]:
         return [mod(torch.arange(rows, device=device))]
 
-    what = f"rope(pos, {dim}, preset='kandinsky5', axes_dim=({dim},), base={base:g})"
+    what = f"rope(pos, {dim}, preset={KANDINSKY5.name!r}, axes_dim=({dim},), base={base:g})"
     if scaling is not None:  # Kandinsky 6's audio: its frequencies times freqs_scaling
         what = (
-            f"rope(pos, {dim}, preset='kandinsky6', axes_dim=({dim},), base={base:g}, "
+            f"rope(pos, {dim}, preset={KANDINSKY6.name!r}, axes_dim=({dim},), base={base:g}, "
             f"axes_scale=({scaling:g},)) (freqs_scaling={scaling:g})"
         )
     return Found(
@@ -86,7 +90,7 @@ def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     )
 
 
-@by_class("diffusers", *THREE_D)
+@by_class(kandinsky.VIDEO)
 def kandinsky_rope_3d(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Kandinsky's video rotary module, measured one axis at a time over its rows (``max_pos``
     per axis), at both of Kandinsky 5's ``scale_factor``s."""
@@ -101,7 +105,7 @@ def kandinsky_rope_3d(path: str, module: nn.Module, root: nn.Module) -> Found | 
         return left_alone(name, f"not covered: axes_dims {axes} is not three axes")
     dtype, device = float_dtype(module) or torch.float32, device_of(module)
     batched = name == "Kandinsky5RoPE3D"
-    preset = "kandinsky5" if batched else "kandinsky6"
+    preset = KANDINSKY5.name if batched else KANDINSKY6.name
 
     def build(compat: str | None) -> nn.Module | str:
         return _built(
@@ -222,7 +226,7 @@ def _halves(
 
     extra = "" if sections is None else f", sections={sections}, interleave_sections=True"
     if scaling is not None:
-        extra = ", preset='omnigen', scaling={'rope_type': 'longrope', …}"
+        extra = f", preset={OMNIGEN.name!r}, scaling={{'rope_type': 'longrope', …}}"
     return Found(
         name,
         f"rope(pos, {dim}, base={base:g}{extra})",
@@ -233,7 +237,7 @@ def _halves(
     )
 
 
-@by_class("diffusers", "OmniGenSuScaledRotaryEmbedding")
+@by_class(omnigen.MODULE)
 def omnigen_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """OmniGen's Phi-3 longrope, measured over its original length (short factors) and four
     times that (long)."""
@@ -256,7 +260,7 @@ def omnigen_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         name,
         dim,
         base,
-        "omnigen",
+        "longrope",
         f"max diff over positions 0 … {short - 1} (short factors) and 0 … {4 * short - 1} (long)",
         probes,
         scaling=scaling,

@@ -12,10 +12,10 @@ import torch
 from torch import Tensor, nn
 
 from posenc.errors import PosencError
+from posenc.spec.families import ltx2
+from posenc.spec.families.ltx2 import LTX2_AUDIO, LTX2_AUDIO_SPLIT, LTX2_VIDEO, LTX2_VIDEO_SPLIT
 from posenc.torch._ltx2_rope import LTX2Rope
 from posenc.torch._patching import Found, Recogniser, by_class, unlike
-
-LTX2 = ("LTX2AudioVideoRotaryPosEmbed", "SanaWMLTX2AudioVideoRotaryPosEmbed")
 
 SETTINGS = (
     "dim",
@@ -41,7 +41,7 @@ VIDEO, AUDIO_FRAMES = (16, 22, 40), 126
 its 5 s of audio (126 latent frames)."""
 
 
-@by_class("diffusers", *LTX2)
+@by_class(ltx2.MODULES)
 def ltx2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """LTX-2's rotary module (any modality, rope type and precision), measured one axis at a
     time over :data:`VIDEO` (a video module also on the time axis alone, as the
@@ -70,9 +70,12 @@ def ltx2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         frames = mod.prepare_video_coords(1, VIDEO[0], 1, 1, cpu)[:, 0:1]
         return out + list(mod(frames))
 
-    preset = ("ltx2-video" if video else "ltx2-audio") + (
-        "-split" if settings["rope_type"] == "split" else ""
-    )
+    split = settings["rope_type"] == "split"
+    preset = (
+        (LTX2_VIDEO_SPLIT if split else LTX2_VIDEO)
+        if video
+        else (LTX2_AUDIO_SPLIT if split else LTX2_AUDIO)
+    ).name
     range_note = (
         "16 frames, 22 rows, 40 columns (704 x 1280, 121 frames at 24 fps), and the frames "
         "alone (cross-attention)"

@@ -16,12 +16,22 @@ from torch import Tensor, nn
 
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
-from posenc.spec.presets.vision import LTX_BASES
-from posenc.torch._diffusers_rope import CogView4Rope, CosmosRope, LTXRope, QwenImageRope, VideoRope
+from posenc.spec.families import cogview4, cosmos, hunyuan_video, ltx_video, qwen_image, wan
+from posenc.spec.families.cogview4 import COGVIEW4
+from posenc.spec.families.cosmos import COSMOS
+from posenc.spec.families.hunyuan_video import HUNYUAN_VIDEO
+from posenc.spec.families.ltx_video import LTX_BASES, LTX_VIDEO
+from posenc.spec.families.qwen_image import QWEN_IMAGE
+from posenc.spec.families.wan import WAN
+from posenc.torch._diffusers_rope import (
+    CogView4Rope,
+    CosmosRope,
+    LTXRope,
+    QwenImageRope,
+    VideoRope,
+    WanRope,
+)
 from posenc.torch._patching import Found, Recogniser, by_class, left_alone, unlike
-
-WAN = ("WanRotaryPosEmbed", "SkyReelsV2RotaryPosEmbed")
-HUNYUAN = ("HunyuanVideoRotaryPosEmbed", "HunyuanVideo15RotaryPosEmbed")
 
 
 def _axis_tables(stand_in: Any, rows: int) -> list[Tensor]:
@@ -29,7 +39,7 @@ def _axis_tables(stand_in: Any, rows: int) -> list[Tensor]:
     return out
 
 
-@by_class("diffusers", *WAN)
+@by_class(wan.BUFFERS)
 def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Wan's rotary module: its float32 buffers of rows ``0 … max_seq_len - 1`` per axis
     (float64 angles; float32 on a host with MPS), measured whole."""
@@ -47,11 +57,10 @@ def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            stand_in = VideoRope(
-                "wan",
+            stand_in = WanRope(
+                WAN.name,
                 dim,
                 patch,
-                wan=True,
                 axes_dim=axes,
                 compat=None if compat is None else mode,
                 device=saved[0].device,
@@ -62,7 +71,7 @@ def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     return Found(
         name,
-        f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes})",
+        f"AxialRotaryEmbedding({dim}, preset={WAN.name!r}, axes_dim={axes})",
         build,
         numbers=lambda: [t.detach() for t in saved],
         probe=lambda new: _axis_tables(new, rows),
@@ -70,7 +79,7 @@ def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
-@by_class("diffusers", *HUNYUAN)
+@by_class(hunyuan_video.VIDEO)
 def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HunyuanVideo's rotary module (float32, computed per call), measured over the rows of a
     720p, 129-frame video (33 x 45 x 80 patches), one axis at a time."""
@@ -88,10 +97,9 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
         try:
             mode = None if compat is None else "diffusers"
             return VideoRope(
-                "hunyuan-video",
+                HUNYUAN_VIDEO.name,
                 sum(axes),
                 (p_t, p, p),
-                wan=False,
                 axes_dim=axes,
                 base=theta,
                 compat=mode,
@@ -110,7 +118,7 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
 
     return Found(
         name,
-        f"AxialRotaryEmbedding({sum(axes)}, preset='hunyuan-video', "
+        f"AxialRotaryEmbedding({sum(axes)}, preset={HUNYUAN_VIDEO.name!r}, "
         f"axes_dim={axes}, base={theta:g})",
         build,
         numbers=lambda: run(module),
@@ -119,7 +127,7 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
     )
 
 
-@by_class("diffusers", "CosmosRotaryPosEmbed")
+@by_class(cosmos.MODULE)
 def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Cosmos's rotary module (float32, per-axis NTK bases), measured over 121 frames of a
     704 x 1280 video at 30 fps and as an image, one axis at a time."""
@@ -164,7 +172,7 @@ def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     return Found(
         name,
-        f"AxialRotaryEmbedding({sum(axes)}, preset='cosmos', axes_dim={axes})",
+        f"AxialRotaryEmbedding({sum(axes)}, preset={COSMOS.name!r}, axes_dim={axes})",
         build,
         numbers=lambda: run(module),
         probe=run,
@@ -172,7 +180,7 @@ def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
-@by_class("diffusers", "QwenEmbedRope")
+@by_class(qwen_image.MODULE)
 def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image's rotary module (complex64, float32 angles), measured on a 1328 x 1328
     image (83 x 83 patches) and 1024 text tokens."""
@@ -194,7 +202,7 @@ def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
 
     return Found(
         name,
-        f"rope_grid(preset='qwen-image', axes_dim={axes})",
+        f"rope_grid(preset={QWEN_IMAGE.name!r}, axes_dim={axes})",
         build,
         numbers=lambda: run(module),
         probe=run,
@@ -202,7 +210,7 @@ def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     )
 
 
-@by_class("diffusers", "LTXVideoRotaryPosEmbed")
+@by_class(ltx_video.MODULE)
 def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """LTX-Video's rotary module, measured one axis at a time over a 704 x 1280, 121-frame
     video (16 x 22 x 40 latents) at the pipeline's 25 fps scales."""
@@ -234,7 +242,7 @@ def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     return Found(
         name,
-        f"rope_grid(preset='ltx-video', dim={dim})",
+        f"rope_grid(preset={LTX_VIDEO.name!r}, dim={dim})",
         build,
         numbers=lambda: run(module),
         probe=run,
@@ -242,7 +250,7 @@ def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
-@by_class("diffusers", "CogView4RotaryPosEmbed", "GlmImageRotaryPosEmbed")
+@by_class(cogview4.MODULES)
 def cogview4_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """CogView4's and GLM-Image's rotary modules, measured on a 2048 x 2048 image (128 x 128
     patches) and a 300 x 200 one (past CogView4's 256 canvas rows on neither axis)."""
@@ -271,7 +279,7 @@ def cogview4_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None
 
     return Found(
         name,
-        f"rope(ids, {dim}, preset='cogview4')",
+        f"rope(ids, {dim}, preset={COGVIEW4.name!r})",
         build,
         numbers=lambda: run(module),
         probe=run,

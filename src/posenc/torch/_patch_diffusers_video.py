@@ -18,6 +18,13 @@ import torch
 from torch import Tensor, nn
 
 from posenc.compat import diffusers_video as original
+from posenc.spec.families import cogvideox, hunyuan_video, minimax_h3, qwen_image, wan
+from posenc.spec.families.cogvideox import COGVIDEOX
+from posenc.spec.families.hunyuan_video import HUNYUAN_IMAGE, HUNYUAN_VIDEO
+from posenc.spec.families.minimax_h3 import MINIMAX_H3
+from posenc.spec.families.qwen_image import QWEN_IMAGE
+from posenc.spec.families.wan import WAN
+from posenc.torch._minimax_rope import MiniMaxRope, MiniMaxVideoRope
 from posenc.torch._patching import (
     Found,
     Recogniser,
@@ -33,27 +40,21 @@ from posenc.torch._video_rope import (
     FramepackRope,
     HeliosRope,
     HunyuanGridRope,
-    MiniMaxRope,
-    MiniMaxVideoRope,
     Qwen21Rope,
     QwenVariantRope,
 )
 from posenc.torch._video_rope_complex import AnyFlowCausalRope, AnyFlowRope, SanaWMRope
 
-HUNYUAN_GRIDS = {
-    "HunyuanImageRotaryPosEmbed": "hunyuan-image",
-    "MotifVideoRotaryPosEmbed": "hunyuan-video",
-}
 
-
-@by_class("diffusers", *HUNYUAN_GRIDS)
+@by_class(hunyuan_video.GRIDS)
 def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HunyuanImage-2.1's rotary module (float32, computed per call) and Motif-Video's (float64
     frequencies), measured on a 2048 x 2048 image (64 x 64 patches) and a 1280 x 768 one, or a
     33 x 45 x 80 video grid (three axes)."""
     name = type(module).__name__
     m: Any = module
-    preset, motif = HUNYUAN_GRIDS[name], name.startswith("Motif")
+    motif = name.startswith("Motif")
+    preset = (HUNYUAN_VIDEO if motif else HUNYUAN_IMAGE).name
     try:
         patch = (
             (int(m.patch_size_t), int(m.patch_size), int(m.patch_size))
@@ -82,7 +83,7 @@ def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     )
 
 
-@by_class("diffusers", "HunyuanVideoFramepackRotaryPosEmbed")
+@by_class(hunyuan_video.FRAMEPACK)
 def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Framepack's rotary module (HunyuanVideo's float32 tables at given frame indices),
     measured over frames 0 … 36 of a 45 x 80 patch grid."""
@@ -102,7 +103,7 @@ def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | Non
     build = covered(lambda mode: FramepackRope(p, p_t, axes, theta, mode), "diffusers")
     return Found(
         name,
-        f"posenc.rope(ids, {sum(axes)}, preset='hunyuan-video', axes_dim={axes})",
+        f"posenc.rope(ids, {sum(axes)}, preset={HUNYUAN_VIDEO.name!r}, axes_dim={axes})",
         build,
         numbers=lambda: run(module),
         probe=run,
@@ -110,7 +111,7 @@ def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | Non
     )
 
 
-@by_class("diffusers", "ChronoEditRotaryPosEmbed")
+@by_class(wan.CHRONOEDIT)
 def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """ChronoEdit's rotary module: Wan's float32 buffers of rows ``0 … max_seq_len - 1`` per
     axis (float64 angles; float32 on a host with MPS), measured whole. It keeps no theta: the
@@ -167,7 +168,7 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
 
     return Found(
         name,
-        f"AxialRotaryEmbedding({dim}, preset='wan', axes_dim={axes}, base={theta:g})",
+        f"AxialRotaryEmbedding({dim}, preset={WAN.name!r}, axes_dim={axes}, base={theta:g})",
         covered(make, "diffusers"),
         numbers=lambda: [t.detach() for t in saved],
         probe=probe,
@@ -175,7 +176,7 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     )
 
 
-@by_class("diffusers", "EasyAnimateRotaryPosEmbed")
+@by_class(cogvideox.EASYANIMATE)
 def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """EasyAnimate's rotary module (CogVideoX's float32 crop grids), measured on 13 latent
     frames of 512 x 512 and 720 x 1280 videos."""
@@ -192,7 +193,7 @@ def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
 
     return Found(
         name,
-        f"rope_grid({dim}, preset='cogvideox') on EasyAnimate's crop",
+        f"rope_grid({dim}, preset={COGVIDEOX.name!r}) on EasyAnimate's crop",
         covered(lambda mode: EasyAnimateRope(dim, p, mode), "diffusers"),
         numbers=lambda: run(module),
         probe=run,
@@ -203,7 +204,7 @@ def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
 QWEN_VARIANTS = {"QwenEmbedLayer3DRope": "layered", "NucleusMoEEmbedRope": "nucleus"}
 
 
-@by_class("diffusers", *QWEN_VARIANTS)
+@by_class(qwen_image.VARIANTS)
 def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image-Layered's and NucleusMoE-Image's rotary modules (Qwen-Image's complex64
     tables), measured on 1328 x 1328 images (two layers and the condition for Layered) and
@@ -226,7 +227,7 @@ def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     build = covered(lambda mode: QwenVariantRope(theta, axes, scale, variant, mode), "diffusers")
     return Found(
         name,
-        f"rope_grid(preset='qwen-image', axes_dim={axes})",
+        f"rope_grid(preset={QWEN_IMAGE.name!r}, axes_dim={axes})",
         build,
         numbers=lambda: run(module),
         probe=run,
@@ -234,7 +235,7 @@ def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
     )
 
 
-@by_class("diffusers", "QwenImage21Rope")
+@by_class(qwen_image.V21)
 def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image 2.1's rotary module (complex64 rows of positions -1024 … 8191), measured on
     a sequence of 64 text tokens, a 1328 x 1328 image (83 x 83 tokens) and 32 text tokens."""
@@ -255,7 +256,7 @@ def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     build = covered(lambda mode: Qwen21Rope(theta, axes, mode), "diffusers")
     return Found(
         name,
-        f"posenc.rope(ids, {sum(axes)}, preset='qwen-image', layout='compact')",
+        f"posenc.rope(ids, {sum(axes)}, preset={QWEN_IMAGE.name!r}, layout='compact')",
         build,
         numbers=lambda: run(copy.deepcopy(module)),
         probe=run,
@@ -263,7 +264,7 @@ def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
-@by_class("diffusers", "HeliosRotaryPosEmbed")
+@by_class(wan.HELIOS)
 def helios_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Helios's rotary module (HunyuanVideo's float32 tables at given frame indices, cos then
     sin channels first), measured over frames 0 … 20 of a 30 x 52 patch grid (480p)."""
@@ -331,7 +332,7 @@ def _sana_theta(kept: Any, axes: tuple[int, int, int], rows: int) -> float | str
     )
 
 
-@by_class("diffusers", "SanaWMRotaryPosEmbed", "AnyFlowRotaryPosEmbed")
+@by_class(wan.COMPLEX)
 def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """SANA-WM's rotary module (Wan's blocks as complex64 rows of float32 angles; it keeps no
     theta: the one its table holds, :func:`_sana_theta`) and AnyFlow's (complex128 rows of
@@ -363,7 +364,7 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
 
     return Found(
         name,
-        f"rope_grid({dim}, preset='wan', layout='compact', base={theta:g})",
+        f"rope_grid({dim}, preset={WAN.name!r}, layout='compact', base={theta:g})",
         covered(make, "diffusers"),
         numbers=lambda: run(copy.deepcopy(module)),
         probe=run,
@@ -371,7 +372,7 @@ def complex_wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
     )
 
 
-@by_class("diffusers", "MiniMaxH3RotaryPosEmbed", "MiniMaxH3VideoRotaryPosEmbed")
+@by_class(minimax_h3.MODULES)
 def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """MiniMax-H3's rotary module (one float32 ladder shared by t, h, w), measured over the
     positions of a 16 x 45 x 80 grid (61 frames of 720p), and its VAE decoder's (coordinates
@@ -418,7 +419,7 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         f"posenc.rope(c, {2 * n} k, base={theta:g}, axes_dim=({2 * n},) * k, axes_scale=2 "
         "pi, layout='halves'), k coordinates (the call's: the module keeps none)"
         if vae
-        else f"posenc.rope(position_ids, {6 * n}, preset='minimax-h3', base={theta:g})"
+        else f"posenc.rope(position_ids, {6 * n}, preset={MINIMAX_H3.name!r}, base={theta:g})"
     )
     return Found(
         name,
@@ -430,7 +431,7 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
-@by_class("diffusers", "AnyFlowCausalRotaryPosEmbed")
+@by_class(wan.CAUSAL)
 def anyflow_far_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """AnyFlow FAR's rotary module (complex128; compressed context frames pooled), measured on
     a 21-frame 480p video (30 x 52 patches, 15 x 26 compressed), 12 frames compressed."""
@@ -461,7 +462,7 @@ def anyflow_far_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
 
     return Found(
         name,
-        f"rope_grid({dim}, preset='wan', layout='compact'), pooled rows at their centres",
+        f"rope_grid({dim}, preset={WAN.name!r}, layout='compact'), pooled rows at their centres",
         covered(make, "diffusers"),
         numbers=lambda: run(copy.deepcopy(module)),
         probe=run,

@@ -37,36 +37,16 @@ from torch import Tensor, nn
 from posenc.compat import gemma4
 from posenc.compat import transformers_vision as original
 from posenc.errors import PosencError
+from posenc.spec.families import dinov3, gemma4_vision, llama4_vision, pixtral, qwen2_vl_vision, sam
+from posenc.spec.families.dinov3 import DINOV3
+from posenc.spec.families.gemma4_vision import GEMMA4_VISION
+from posenc.spec.families.llama4_vision import LLAMA4_VISION
+from posenc.spec.families.pixtral import PIXTRAL
+from posenc.spec.families.qwen2_vl_vision import QWEN2_VL_VISION
+from posenc.spec.families.sam import SAM2, SAM3_VIT
 from posenc.torch._gemma4_rope import Gemma4VisionRope
 from posenc.torch._hf_vision_rope import VisionRope
 from posenc.torch._patching import Found, Recogniser, by_class, chunks, left_alone
-
-QWEN_FORM = (
-    "Qwen2VLVisionRotaryEmbedding",
-    "Qwen2_5_VLVisionRotaryEmbedding",
-    "Qwen3VLVisionRotaryEmbedding",
-    "Qwen3VLMoeVisionRotaryEmbedding",
-    "Qwen2_5OmniVisionRotaryEmbedding",
-    "Qwen3OmniMoeVisionRotaryEmbedding",
-    "Qwen3_5VisionRotaryEmbedding",
-    "Qwen3_5MoeVisionRotaryEmbedding",
-    "Glm4vVisionRotaryEmbedding",
-    "Glm4vMoeVisionRotaryEmbedding",
-    "GlmOcrVisionRotaryEmbedding",
-    "PaddleOCRVisionRotaryEmbedding",
-)
-SAM2_FORM = (
-    "Sam2VideoVisionRotaryEmbedding",
-    "EdgeTamVideoVisionRotaryEmbedding",
-    "Sam3TrackerVideoVisionRotaryEmbedding",
-)
-PIXTRAL, SAM3, DINOV3, LLAMA4, GEMMA4 = (
-    "PixtralVisionRotaryEmbedding",
-    "Sam3ViTRotaryEmbedding",
-    "DINOv3ViTRopePositionEmbedding",
-    "Llama4VisionRotaryEmbedding",
-    "Gemma4VisionRotaryEmbedding",
-)
 
 QWEN_GRID = (128, 128)
 """Where a Qwen2-VL-form module is measured (it has no image size): a 1792 x 1792 image in 14
@@ -95,7 +75,7 @@ def _buffer_form(name: str, module: Any, family: str, base: Any) -> tuple[int, f
         base = float(base)
     except (TypeError, ValueError):
         return f"not covered: {name}'s rope_theta {base!r} is not a number"
-    dim = 4 * inv.numel() if family != "pixtral" else 2 * inv.numel()
+    dim = 4 * inv.numel() if family != PIXTRAL.name else 2 * inv.numel()
     own = original.inv_freq(family, dim, base).to(inv.dtype)
     if not torch.equal(own, inv.detach().cpu()):
         return (
@@ -158,9 +138,9 @@ def _rope_theta(config: Any) -> Any:
     return params.get("rope_theta", getattr(config, "rope_theta", None))
 
 
-@by_class("transformers", *QWEN_FORM)
+@by_class(qwen2_vl_vision.MODULES)
 def qwen2_vl_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """The Qwen2-VL form (``QWEN_FORM``), measured at the (row, column) ids of a
+    """The Qwen2-VL form (its record's ``MODULES``), measured at the (row, column) ids of a
     ``QWEN_GRID`` image."""
     name = type(module).__name__
     h, w = QWEN_GRID
@@ -168,14 +148,14 @@ def qwen2_vl_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found
     return _ids_found(
         name,
         module,
-        "qwen2-vl-vision",
+        QWEN2_VL_VISION.name,
         _rope_theta(getattr(module, "config", None)),
         ids,
         f"the {h} x {w} patch grid",
     )
 
 
-@by_class("transformers", PIXTRAL)
+@by_class(pixtral.MODULE)
 def pixtral_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Pixtral's, measured at the ids of its ``image_size / patch_size`` grid."""
     name = type(module).__name__
@@ -188,7 +168,7 @@ def pixtral_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return _ids_found(
         name,
         module,
-        "pixtral",
+        PIXTRAL.name,
         _rope_theta(config),
         ids,
         f"the {n} x {n} patch grid (image_size / patch_size)",
@@ -204,7 +184,7 @@ def _parent(root: nn.Module, path: str) -> nn.Module | None:
         return None
 
 
-@by_class("transformers", *SAM2_FORM)
+@by_class(sam.MEMORY)
 def sam2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """SAM 2 video's memory-attention rotary module (EdgeTAM, SAM 3 tracker alike), measured
     at its parent's own ``position_ids`` (and EdgeTAM's ``position_ids_k``), else the
@@ -222,10 +202,10 @@ def sam2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         except (AttributeError, TypeError, ValueError):
             return left_alone(name, "not covered: no memory_attention_rope_feat_sizes")
         ids, where = grid_ids((h, w)).flip(-1), f"the {h} x {w} memory feature grid"
-    return _ids_found(name, module, "sam2", _rope_theta(config), ids, where)
+    return _ids_found(name, module, SAM2.name, _rope_theta(config), ids, where)
 
 
-@by_class("transformers", SAM3)
+@by_class(sam.VIT)
 def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """SAM 3's ViT rotary module, inside a ``Sam3ViTLayer`` whose ``position_ids`` (its window
     grid, or the global one, at the window's scale) it is called with: measured at them."""
@@ -255,7 +235,7 @@ def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None
     return _ids_found(
         name,
         module,
-        "sam3-vit",
+        SAM3_VIT.name,
         _rope_theta(config),
         ids.detach(),
         f"its layer's position_ids ({h} x {w} patches, {scale:g} per patch)",
@@ -263,12 +243,12 @@ def sam3_vit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None
     )
 
 
-@by_class("transformers", DINOV3)
+@by_class(dinov3.TRANSFORMERS)
 def dinov3_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """DINOv3's rotary module, measured in eval mode (a copy) at its config's image size."""
     name = type(module).__name__
     m: Any = module
-    form = _buffer_form(name, module, "dinov3", getattr(m, "base", None))
+    form = _buffer_form(name, module, DINOV3.name, getattr(m, "base", None))
     if isinstance(form, str):
         return left_alone(name, form)
     dim, base = form
@@ -292,8 +272,8 @@ def dinov3_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     return Found(
         name,
-        f"VisionRope({dim}, preset='dinov3', base={base:g})",
-        _build("dinov3", dim, base, inv.dtype, inv.device, grid=patch, config=m.config),
+        f"VisionRope({dim}, preset={DINOV3.name!r}, base={base:g})",
+        _build(DINOV3.name, dim, base, inv.dtype, inv.device, grid=patch, config=m.config),
         numbers=lambda: run(module),
         probe=run,
         note=f"max diff over the {h} x {w} patch grid, eval mode",
@@ -307,7 +287,7 @@ def _parts(t: Tensor) -> list[Tensor]:
     return [t]
 
 
-@by_class("transformers", LLAMA4)
+@by_class(llama4_vision.MODULE)
 def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Llama 4's vision rotary module: its ``freqs_ci`` buffer of the square patch grid and
     the class token, measured whole."""
@@ -339,7 +319,7 @@ def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
     def build(compat: str | None) -> nn.Module | str:
         try:
             out = VisionRope(
-                "llama4-vision",
+                LLAMA4_VISION.name,
                 dim,
                 base,
                 compat=compat is not None,
@@ -356,7 +336,7 @@ def llama4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
 
     return Found(
         name,
-        f"VisionRope({dim}, preset='llama4-vision', base={base:g})",
+        f"VisionRope({dim}, preset={LLAMA4_VISION.name!r}, base={base:g})",
         build,
         numbers=lambda: _parts(m.freqs_ci),
         probe=probe,
@@ -379,7 +359,7 @@ def gemma4_ids(h: int, w: int, device: Any) -> Tensor:
 def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
     """The :class:`Found` of a Gemma 4 vision rotary module (transformers' or timm's: one
     ``inv_freq`` ladder, one forward), measured at ``GEMMA4_GRID`` and its padding."""
-    form = _buffer_form(name, module, "gemma4-vision", base)
+    form = _buffer_form(name, module, GEMMA4_VISION.name, base)
     if isinstance(form, str):
         return left_alone(name, form)
     dim, theta = form
@@ -401,7 +381,7 @@ def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
 
     return Found(
         name,
-        f"Gemma4VisionRope({dim}, preset='gemma4-vision', base={theta:g})",
+        f"Gemma4VisionRope({dim}, preset={GEMMA4_VISION.name!r}, base={theta:g})",
         build,
         numbers=lambda: run(module),
         probe=run,
@@ -409,7 +389,7 @@ def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
     )
 
 
-@by_class("transformers", GEMMA4)
+@by_class(gemma4_vision.TRANSFORMERS)
 def gemma4_vision_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """transformers' ``Gemma4VisionRotaryEmbedding`` (Gemma 4's vision encoder)."""
     name = type(module).__name__

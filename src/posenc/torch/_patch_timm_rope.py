@@ -36,10 +36,12 @@ import torch
 from torch import Tensor, nn
 
 from posenc.errors import PosencError
+from posenc.spec.families import dinov3, eva, gemma4_vision, timm_mrope
+from posenc.spec.families.timm_mrope import TIMM_MROPE
 from posenc.torch._patch_hf_vision import gemma4_found
 from posenc.torch._patching import LEARNED, Found, Recogniser, by_class, left_alone, unlike
 from posenc.torch._timm_mrope import TimmMRopeEmbedding
-from posenc.torch._timm_rope import CAT, DINOV3, TimmRope, TimmRotaryEmbedding
+from posenc.torch._timm_rope import CAT, PERIODS, TimmRope, TimmRotaryEmbedding
 
 FORMS = {"RotaryEmbeddingCat": "cat", "RotaryEmbedding": "pair"}
 """timm's axial rotary classes and the form of their ``get_embed``: ``cat(sin, cos)`` ``[N, 2 *
@@ -121,7 +123,7 @@ AUGMENTED = (
 )
 
 
-@by_class("timm", *FORMS)
+@by_class(eva.MODULES)
 def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``RotaryEmbeddingCat`` and ``RotaryEmbedding``: frequency bands over the patch
     indices (EVA-02, RoPE-ViT, Perception Encoder, …), measured over its kept grid, or the
@@ -170,7 +172,7 @@ def rotary_cat(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return _found(name, module, root, rope, kept, bands)
 
 
-@by_class("timm", "RotaryEmbeddingDinoV3")
+@by_class(dinov3.TIMM)
 def rotary_dinov3(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``RotaryEmbeddingDinoV3``: periods over the patch centres in ``[-1, 1]``,
     measured over its kept grid, or the model's patch grid (DINOv3 models size it per call)."""
@@ -185,7 +187,7 @@ def rotary_dinov3(path: str, module: nn.Module, root: nn.Module) -> Found | None
                 "temperature",
             )
         rope = TimmRope(
-            DINOV3,
+            PERIODS,
             "cat",
             int(m.dim),
             float(m.temperature),
@@ -220,7 +222,7 @@ def rotary_mixed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return left_alone(type(module).__name__, LEARNED)
 
 
-@by_class("timm", "RotaryEmbeddingMRope")
+@by_class(timm_mrope.MODULE)
 def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``RotaryEmbeddingMRope`` (GenLIP, NaFlexViT ``rope_type='mrope'``): Qwen3-VL's
     interleaved sections over an image, measured over the model's patch grid."""
@@ -258,7 +260,7 @@ def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     def run(mod: nn.Module) -> list[Tensor]:
         return [mod.get_embed(grid)]  # type: ignore[operator]
 
-    label = f"TimmMRopeEmbedding({dim}, preset='timm-mrope', mrope_section={section})"
+    label = f"TimmMRopeEmbedding({dim}, preset={TIMM_MROPE.name!r}, mrope_section={section})"
     return Found(
         name,
         label,
@@ -269,7 +271,7 @@ def rotary_mrope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     )
 
 
-@by_class("timm", "Gemma4RotaryEmbedding2D")
+@by_class(gemma4_vision.TIMM)
 def rotary_gemma4(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """timm's ``Gemma4RotaryEmbedding2D`` (``timm.models.gemma4_vit``): transformers' Gemma 4
     vision arithmetic (``[x | x][y | y]``, base 100), the same stand-in as transformers'

@@ -18,7 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc.api.sinusoidal import encode, table
-from posenc.compat.sinusoid import ORIGINALS
+from posenc.spec.presets import get_preset
+from posenc.spec.presets.sinusoidal import FAIRSEQ, MAE, MARIAN, WHISPER
 from posenc.torch._checkpoint import _problem, check_saved_table
 from posenc.torch._patching import (
     Found,
@@ -69,7 +70,7 @@ class PositionTable(SinusoidalEmbedding):
     ) -> None:
         # read by _span while the kept rows are built; a preset whose original computes in
         # float64 (marian, mae) has no replay: its exact table is the original's
-        self.compat = compat if preset in ORIGINALS else None
+        self.compat = compat if get_preset(preset).replay else None
         super().__init__(
             dim, preset=preset, cached_length=rows, device=device, dtype=dtype, **options
         )
@@ -255,7 +256,7 @@ def audio_table(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     takes = tuple(inspect.signature(type(module).forward).parameters)[1:]
     if not (isinstance(table, Tensor) and table.ndim == 2 and takes == ("seqlen",)):
         return unlike(name, "transformers")
-    return one_d(name, table, AudioPositions, "whisper")
+    return one_d(name, table, AudioPositions, WHISPER.name)
 
 
 def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
@@ -266,13 +267,13 @@ def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         parent = _parent(root, path)
         if not (from_library(parent, "transformers") and type(parent).__name__.endswith("Encoder")):
             return None
-        return one_d(name, module.weight, PositionTable, "whisper")
+        return one_d(name, module.weight, PositionTable, WHISPER.name)
     if not (
         from_library(module, "transformers") and name.endswith("SinusoidalPositionalEmbedding")
     ):
         return None
     if isinstance(module, nn.Embedding):  # Marian, Pegasus: [sin | cos] by split widths
-        return one_d(name, module.weight, MarianPositions, "marian")
+        return one_d(name, module.weight, MarianPositions, MARIAN.name)
     table, pad = getattr(module, "weights", None), getattr(module, "padding_idx", None)
     params = list(inspect.signature(type(module).forward).parameters)[1:]
     forms = {
@@ -284,7 +285,7 @@ def embeddings(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return left_alone(
             name, f"not covered: forward({', '.join(params)}) is not a form posenc reproduces"
         )
-    return one_d(name, table, form, "fairseq", padding_idx=pad)
+    return one_d(name, table, form, FAIRSEQ.name, padding_idx=pad)
 
 
 def one_d(name: str, saved: Tensor, cls: type[PositionTable], preset: str, **options: Any) -> Found:
@@ -322,7 +323,7 @@ def mae(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return left_alone("Parameter", "not a square grid with a class row: left alone", key)
 
     def make(compat: str | None) -> nn.Module:
-        grid = GridEncoding(dim, preset="mae", cls_token=True)
+        grid = GridEncoding(dim, preset=MAE.name, cls_token=True)
         return TableParameter(
             lambda dtype, device: grid.encoding((side, side), dtype=dtype, device=device)[None],
             grid._expected_table,

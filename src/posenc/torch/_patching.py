@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from posenc.api.identify import MATCH, identify
 from posenc.errors import PosencError
+from posenc.spec.families.base import Classes
 from posenc.torch._base import _Tracked
 
 EXACT, COMPAT = "exact", "compat"
@@ -108,12 +109,15 @@ class ByClass:
         return self.recognise(path, module, root)
 
 
-def by_class(library: str, *classes: str) -> Callable[[Recogniser], ByClass]:
+def by_class(library: str | Classes, *classes: str) -> Callable[[Recogniser], ByClass]:
     """Decorator: the recogniser knows the modules of these classes of ``library``, and only
-    them (the class and library checks are the index's, not the recogniser's)."""
+    them (the class and library checks are the index's, not the recogniser's). A family's
+    classes are named in its record: ``@by_class(wan.BUFFERS)`` (a
+    :class:`~posenc.spec.families.base.Classes`)."""
+    group = library if isinstance(library, Classes) else Classes(library, *classes)
 
     def claim(recognise: Recogniser) -> ByClass:
-        return ByClass(library, tuple(classes), recognise)
+        return ByClass(group.library, group.names, recognise)
 
     return claim
 

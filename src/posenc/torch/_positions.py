@@ -101,10 +101,10 @@ def offset_positions(offset: Tensor, batch: int, length: Any, device: Any) -> Po
     return Positions(rows, True, given.low, given.high + length - 1)
 
 
-def _spread(r: Rotary, pos: Tensor | Positions) -> Any:
+def _spread(rotary: Rotary, pos: Tensor | Positions) -> Any:
     """Multimodal sections: ids without the sections' leading axis serve every axis (text
     tokens, as transformers' modules broadcast them)."""
-    k = len(r.sections or ())
+    k = len(rotary.sections or ())
     if not k:
         return pos
     if isinstance(pos, Positions):

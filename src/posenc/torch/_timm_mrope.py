@@ -5,7 +5,7 @@ exact by default or timm's own float32 tables (:func:`posenc.compat.timm.mrope_t
 
 timm's module (GenLIP, NaFlexViT ``rope_type='mrope'``) is Qwen3-VL's interleaved multimodal
 RoPE over an image: one ladder ``temperature ** (-2j / dim)``, frequency ``j`` reading the
-row, the column or a time axis held at 0 (:func:`posenc.spec.presets.vision_timm
+row, the column or a time axis held at 0 (:func:`posenc.spec.families.timm_mrope
 .mrope_sections`); posenc's ``rope(ids, dim, sections=…, interleave_sections=True)``.
 """
 
@@ -20,7 +20,7 @@ from torch import Tensor
 from posenc.api.rope import rope
 from posenc.compat import timm as original
 from posenc.evaluate.positions import grid_shape
-from posenc.spec.presets.vision_timm import mrope_sections
+from posenc.spec.families.timm_mrope import TIMM_MROPE, mrope_sections
 from posenc.torch._base import _Tracked
 
 
@@ -83,6 +83,6 @@ class TimmMRopeEmbedding(_Tracked):
     def extra_repr(self) -> str:
         mode = ", compat='timm'" if self.compat else ""
         return (
-            f"{self.dim}, preset='timm-mrope', mrope_section={self.mrope_section}, "
+            f"{self.dim}, preset={TIMM_MROPE.name!r}, mrope_section={self.mrope_section}, "
             f"sections={self.sections}, base={self.temperature:g}{mode}"
         )

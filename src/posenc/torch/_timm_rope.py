@@ -16,10 +16,12 @@ from torch import Tensor
 from posenc.api.rope_grid import rope_grid
 from posenc.errors import PosencError
 from posenc.evaluate.positions import grid_shape
+from posenc.spec.families.dinov3 import DINOV3
+from posenc.spec.families.eva import EVA02, PERCEPTION_ENCODER, VIT_ROPE
 from posenc.spec.rotary import rotary
 from posenc.torch._base import _Tracked
 
-CAT, DINOV3 = "cat", "dinov3"
+CAT, PERIODS = "cat", "periods"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +58,11 @@ class TimmRope:
         """The :func:`posenc.rope_grid` preset of these tables."""
         if self.bands != "lang":
             return "timm-" + self.bands
-        if self.kind == DINOV3:
-            return "dinov3"
+        if self.kind == PERIODS:
+            return DINOV3.name
         if self.ref_feat_shape is None:
-            return "vit-rope"
-        return "perception-encoder" if self.grid_indexing == "xy" else "eva02"
+            return VIT_ROPE.name
+        return PERCEPTION_ENCODER.name if self.grid_indexing == "xy" else EVA02.name
 
     def grid_options(self, shape: Sequence[int]) -> dict[str, Any]:
         """The :func:`posenc.rope_grid` keywords of the tables for the grid ``shape``: per grid
@@ -73,7 +75,7 @@ class TimmRope:
             base = self.max_res
             steps = tuple(2.0 / (n - 1) if n > 1 else 2.0 for n in (h, w))
             starts = (-1.0, -1.0)
-        elif self.kind == DINOV3:
+        elif self.kind == PERIODS:
             dims = {"separate": (h, w), "max": (max(h, w),) * 2, "min": (min(h, w),) * 2}
             denoms = dims[self.normalize_coords]
             # ((i + 0.5 + offset) / d) * 2 - 1: a middle patch at exactly 0 (an empty axis
@@ -109,7 +111,7 @@ class TimmRope:
             words.append(f"grid_offset={self.grid_offset:g}")
         if self.ref_feat_shape is not None:
             words.append(f"ref_feat_shape={self.ref_feat_shape}")
-        if self.kind == DINOV3 and self.normalize_coords != "separate":
+        if self.kind == PERIODS and self.normalize_coords != "separate":
             words.append(f"normalize_coords={self.normalize_coords!r}")
         words += [f"grid_indexing={self.grid_indexing!r}", f"rotate_half={self.rotate_half}"]
         return ", ".join(words)
@@ -174,7 +176,7 @@ class TimmRotaryEmbedding(_Tracked):
         self.in_pixels, self.aug_active = rope.bands != "lang", False
         self.max_res, self.linear_bands = rope.max_res, rope.bands == "pixel-linear"
         self.grid_type = (
-            "centered" if rope.kind == DINOV3 else "pixel" if self.in_pixels else "index"
+            "centered" if rope.kind == PERIODS else "pixel" if self.in_pixels else "index"
         )
         self.feat_shape = feat_shape
         self._use_cached_embed = feat_shape is not None
@@ -227,7 +229,7 @@ class TimmRotaryEmbedding(_Tracked):
     def _free_dtype(self) -> torch.dtype:
         """The dtype of a table computed per call: timm's float32 (DINOv3: its periods', the
         module's dtype if at least float32)."""
-        if self.rope.kind == DINOV3 and torch.finfo(self._dtype).bits >= 32:
+        if self.rope.kind == PERIODS and torch.finfo(self._dtype).bits >= 32:
             return self._dtype
         return torch.float32
 
@@ -239,7 +241,7 @@ class TimmRotaryEmbedding(_Tracked):
     ) -> Any:
         """The tables of the grid ``shape`` (or the kept ``feat_shape``): ``cat(sin, cos)``
         ``[H * W, 2 * dim]``, or ``(sin, cos)``; in ``dtype`` if given."""
-        fresh = shape is not None and (self.rope.kind == DINOV3 or not self._use_cached_embed)
+        fresh = shape is not None and (self.rope.kind == PERIODS or not self._use_cached_embed)
         if fresh or self.feat_shape is None:
             if shape is None:
                 raise PosencError(
@@ -264,7 +266,7 @@ class TimmRotaryEmbedding(_Tracked):
         largest one."""
         if not shapes:
             return []
-        if self.rope.kind != DINOV3 and self._use_cached_embed:
+        if self.rope.kind != PERIODS and self._use_cached_embed:
             raise RuntimeError(
                 "Batch embedding generation requires cached bands, not pre-computed embeddings"
             )

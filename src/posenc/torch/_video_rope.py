@@ -19,7 +19,10 @@ from posenc.compat import diffusers_video as original
 from posenc.compat.diffusers import wide_dtype
 from posenc.errors import PosencError
 from posenc.evaluate.positions import grid_shape
-from posenc.torch._diffusers_rope import QwenImageRope, VideoRope
+from posenc.spec.families.cogvideox import COGVIDEOX
+from posenc.spec.families.hunyuan_video import HUNYUAN_VIDEO
+from posenc.spec.families.wan import WAN
+from posenc.torch._diffusers_rope import QwenImageRope, VideoRope, WanRope
 
 
 def _axis_tables(
@@ -68,7 +71,6 @@ class HunyuanGridRope(VideoRope):
             preset,
             sum(axes_dim),
             (1, 1, 1),
-            wan=False,
             compat=compat,
             axes_dim=axes_dim,
             base=theta,
@@ -142,10 +144,12 @@ class FramepackRope(nn.Module):
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{sum(self.axes_dim)}, preset='hunyuan-video', axes_dim={self.axes_dim}{mode}"
+        return (
+            f"{sum(self.axes_dim)}, preset={HUNYUAN_VIDEO.name!r}, axes_dim={self.axes_dim}{mode}"
+        )
 
 
-class ChronoEditRope(VideoRope):
+class ChronoEditRope(WanRope):
     """The stand-in for diffusers' ``ChronoEditRotaryPosEmbed``: Wan's tables (``[1, S, 1,
     D]`` in the module's dtype), except that latents of 2 frames (an edit: input and output)
     take frame rows ``0`` and ``temporal_skip_len - 1``."""
@@ -163,7 +167,13 @@ class ChronoEditRope(VideoRope):
         device: Any = None,
     ) -> None:
         super().__init__(
-            "wan", dim, patch, wan=True, compat=compat, axes_dim=axes_dim, base=base, device=device
+            WAN.name,
+            dim,
+            patch,
+            compat=compat,
+            axes_dim=axes_dim,
+            base=base,
+            device=device,
         )
         self.rows, self.temporal_skip_len = rows, skip
 
@@ -193,7 +203,7 @@ class ChronoEditRope(VideoRope):
             cos, sin = rope_grid(
                 (2, h, w),
                 self.dim,
-                preset="wan",
+                preset=WAN.name,
                 axes_dim=r.axes_dim,
                 base=r.base,
                 step=(float(last), 1.0, 1.0),
@@ -234,7 +244,7 @@ class EasyAnimateRope(nn.Module):
     def __init__(self, dim: int, patch: int, compat: str | None = None) -> None:
         super().__init__()
         self.dim, self.patch_size, self.compat = dim, patch, compat
-        rope_grid((1, 1, 1), dim, preset="cogvideox")  # refused now if it cannot
+        rope_grid((1, 1, 1), dim, preset=COGVIDEOX.name)  # refused now if it cannot
         self._axes = (dim // 4, dim // 8 * 3, dim // 8 * 3)
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:
@@ -255,7 +265,7 @@ class EasyAnimateRope(nn.Module):
         cos, sin = rope_grid(
             (f, h, w),
             self.dim,
-            preset="cogvideox",
+            preset=COGVIDEOX.name,
             start=(0, top, left),
             step=steps,
             dtype=torch.float32,
@@ -264,7 +274,7 @@ class EasyAnimateRope(nn.Module):
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{self.dim}, preset='cogvideox', patch_size={self.patch_size}{mode}"
+        return f"{self.dim}, preset={COGVIDEOX.name!r}, patch_size={self.patch_size}{mode}"
 
 
 class QwenVariantRope(QwenImageRope):
@@ -424,66 +434,3 @@ class HeliosRope(nn.Module):
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
         return f"{sum(self.axes_dim)}, axes_dim={self.axes_dim}, base={self.theta:g}{mode}"
-
-
-class MiniMaxRope(nn.Module):
-    """The stand-in for diffusers' ``MiniMaxH3RotaryPosEmbed``: ``forward(position_ids)`` with
-    ``position_ids`` ``[S, 3]`` -> ``(cos, sin)`` ``[S, 6 n]`` float32, ``posenc.rope(ids, 6 n,
-    preset="minimax-h3")``. In compat mode it keeps the original's non-persistent ``inv_freq``
-    buffer, so ``.to(bfloat16)`` rounds its ladder as diffusers' does."""
-
-    inv_freq: Tensor
-
-    def __init__(
-        self, n: int, theta: float, compat: str | None = None, dtype: torch.dtype = torch.float32
-    ) -> None:
-        super().__init__()
-        self.n, self.theta, self.compat = n, theta, compat
-        rope_grid((1, 1, 1), 6 * n, preset="minimax-h3", base=theta)  # refused now if not
-        self.register_buffer("inv_freq", torch.zeros(0, dtype=dtype), persistent=False)
-
-    def forward(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        """The tables of the positions ``position_ids``."""
-        if self.compat is not None:
-            return original.minimax_tables(position_ids, self.n, self.theta, self.inv_freq.dtype)
-        ids = position_ids.to(torch.float32).double()  # the positions diffusers reads
-        cos, sin = rope(ids, 6 * self.n, preset="minimax-h3", base=self.theta, dtype=torch.float32)
-        return cos, sin
-
-    def extra_repr(self) -> str:
-        mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{6 * self.n}, preset='minimax-h3', base={self.theta:g}{mode}"
-
-
-class MiniMaxVideoRope(MiniMaxRope):
-    """The stand-in for diffusers' ``MiniMaxH3VideoRotaryPosEmbed`` (MiniMax-H3's VAE decoder):
-    ``forward(position_ids)`` with coordinates ``[B, S, k]`` (the decoder's k = 3: t, h, w)
-    -> ``(cos, sin)`` ``[B, S, 1, 2 k n]`` float32: angles ``2 pi c theta ** (-j / n)``, the k
-    axes' blocks twice over (``posenc.rope(c, 2 k n, base=theta, axes_dim=(2 n,) * k,
-    axes_scale=(2 pi,) * k, layout="halves")``). The original keeps no axis count (its
-    ``num_axes`` only sets the ladder's length ``n = dim / (2 k)``): its forward, and this
-    one, read ``k`` from the coordinates."""
-
-    def forward(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        """The tables of the coordinates ``position_ids``."""
-        if self.compat is not None:
-            return original.minimax_video_tables(
-                position_ids, self.n, self.theta, self.inv_freq.dtype
-            )
-        b, s, k = position_ids.shape
-        ids = position_ids.to(torch.float32).double().reshape(b * s, k)
-        side = 2 * self.n
-        cos, sin = rope(
-            ids,
-            k * side,
-            base=self.theta,
-            axes_dim=(side,) * k,
-            axes_scale=(2 * math.pi,) * k,
-            layout="halves",
-            dtype=torch.float32,
-        )
-        return cos.reshape(b, s, 1, -1), sin.reshape(b, s, 1, -1)
-
-    def extra_repr(self) -> str:
-        mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{2 * self.n} k, base={self.theta:g}, axes_scale=2 pi, layout='halves'{mode}"

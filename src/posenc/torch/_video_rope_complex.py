@@ -18,6 +18,7 @@ from posenc.compat import diffusers_video as original
 from posenc.compat.diffusers import wide_dtype
 from posenc.errors import PosencError
 from posenc.evaluate.positions import grid_shape
+from posenc.spec.families.wan import WAN
 
 
 class SanaWMRope(nn.Module):
@@ -38,7 +39,7 @@ class SanaWMRope(nn.Module):
         super().__init__()
         self.dim, self.axes_dim, self.theta, self.wide = dim, tuple(axes_dim), theta, wide
         self.compat = compat
-        rope_grid((1, 1, 1), dim, preset="wan", axes_dim=axes_dim, base=theta)  # refused if not
+        rope_grid((1, 1, 1), dim, preset=WAN.name, axes_dim=axes_dim, base=theta)  # refused if not
 
     def grid(self, fhw: Any) -> tuple[int, ...]:
         """``fhw`` checked as :func:`posenc.rope_grid` checks a grid: one integer >= 0 per
@@ -58,7 +59,7 @@ class SanaWMRope(nn.Module):
         cos, sin = rope_grid(
             dims,
             self.dim,
-            preset="wan",
+            preset=WAN.name,
             axes_dim=self.axes_dim,
             base=self.theta,
             layout="compact",
@@ -73,7 +74,7 @@ class SanaWMRope(nn.Module):
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{self.dim}, preset='wan', axes_dim={self.axes_dim}, layout='compact'{mode}"
+        return f"{self.dim}, preset={WAN.name!r}, axes_dim={self.axes_dim}, layout='compact'{mode}"
 
 
 class AnyFlowRope(SanaWMRope):
@@ -133,7 +134,7 @@ class AnyFlowCausalRope(SanaWMRope):
         cos, sin = rope_grid(
             tuple(fhw),
             self.dim,
-            preset="wan",
+            preset=WAN.name,
             axes_dim=self.axes_dim,
             base=self.theta,
             layout="compact",

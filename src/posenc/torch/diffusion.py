@@ -11,6 +11,7 @@ from posenc.api import sinusoidal
 from posenc.errors import check_choice, check_int
 from posenc.evaluate.libs import as_positions
 from posenc.spec.layout import channel_plan
+from posenc.spec.presets.sinusoidal import TIMESTEP
 from posenc.torch._base import _Module, _traceable
 
 
@@ -59,7 +60,7 @@ class Timesteps(_Module):
             "scale": scale,
             "max_period": max_period,
         }
-        super().__init__("timestep", options, grid=False, device=device, dtype=dtype)
+        super().__init__(TIMESTEP.name, options, grid=False, device=device, dtype=dtype)
         self.dim = check_int("dim", dim, minimum=1)
         self.compat = None if compat is None else check_choice("compat", compat, ("original",))
         self._plan = _traceable(channel_plan(self.enc, self.dim, 1, self.label, None))
@@ -70,7 +71,7 @@ class Timesteps(_Module):
             original: Tensor = sinusoidal.encode(
                 timesteps,
                 self.dim,
-                preset="timestep",
+                preset=TIMESTEP.name,
                 dtype=self._dtype,
                 compat=self.compat,
                 **self.options,

@@ -421,5 +421,6 @@ def _computed(plan: Plan, start: int, length: Any, work: torch.dtype, device: An
     return out
 
 
-def _label(r: Rotary) -> str:
-    return f"RotaryEmbedding({r.dim}, rope_type={r.scaling.rope_type!r}, base={r.base:g})"
+def _label(rotary: Rotary) -> str:
+    kind = rotary.scaling.rope_type
+    return f"RotaryEmbedding({rotary.dim}, rope_type={kind!r}, base={rotary.base:g})"

@@ -13,6 +13,7 @@ from posenc import evaluate
 from posenc.errors import PosencError, check_int
 from posenc.evaluate.positions import grid_shape
 from posenc.spec.layout import Plan, channel_plan, check_channels
+from posenc.spec.presets.sinusoidal import DETR
 from posenc.torch._base import _Module, _traceable
 
 
@@ -193,7 +194,7 @@ class DetrSineEncoding(_Module):
         opts: dict[str, Any] = {"temperature": temperature, "normalize": normalize}
         if scale is not None:
             opts["scale"] = scale
-        super().__init__("detr", opts, grid=True, device=device, dtype=dtype)
+        super().__init__(DETR.name, opts, grid=True, device=device, dtype=dtype)
         self.num_pos_feats = check_int("num_pos_feats", num_pos_feats, minimum=1)
         self._plan = _traceable(channel_plan(self.enc, 2 * self.num_pos_feats, 2, self.label, None))
 

@@ -55,6 +55,9 @@ class Preset:
             table's first two all-zero rows. Empty: never tried.
         identify_rank: where several presets give the same numbers, ``identify`` names the
             lowest rank first (then the registry's order).
+        replay: the function of :mod:`posenc.compat.sinusoid` that repeats the original's
+            float32 arithmetic (``compat="original"``), where it computes in float32; empty
+            where its exact table is the original's.
 
     Examples:
         >>> p = posenc.preset("fairseq")
@@ -72,6 +75,7 @@ class Preset:
     quirks: str = ""
     identify: tuple[Mapping[str, Any], ...] = ({},)
     identify_rank: int = 0
+    replay: str = ""
 
     def label(self, options: Mapping[str, Any]) -> str:
         """How error messages name this preset with the caller's options."""
@@ -97,6 +101,18 @@ class Preset:
         for key, value in checked.items():
             enc = self.options[key].apply(enc, value, checked)
         return enc
+
+
+@dataclass(frozen=True)
+class Table:
+    """The fixed table of rows a family's original keeps and indexes (where the original raises
+    past its end): per grid axis the rows ``[low, high)`` it holds, and the module that keeps
+    them. ``indexed``: a grid axis reads row ``i`` of the table whatever its positions (Cosmos:
+    frame ``i`` sits at ``i * 24 / fps``); else the row of a position is the position."""
+
+    origin: str
+    rows: tuple[tuple[int, int], ...]
+    indexed: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,9 +142,12 @@ class RotaryPreset:
         positions: for :func:`posenc.rope_grid`: ``dims -> (start, step)`` per grid axis,
             the family's coordinates when the call gives none (DINOv3's ``(i + 0.5) / n * 2
             - 1``); default ``0, 1, 2, …``.
-        originals: the ``compat=`` modes that repeat the family's own arithmetic
-            (``"diffusers"``, ``"transformers"``, ``"timm"``: the module
-            ``posenc.compat.<mode>``'s ``rotary_grid``), beside the exact default.
+        replays: the ``compat=`` modes that repeat the family's own arithmetic
+            (``"diffusers"``, ``"transformers"``, ``"timm"``), beside the exact default, each
+            with the function that replays it, as ``"module:function"`` (it takes a
+            :class:`posenc.compat.grid.GridCall`); :attr:`originals` lists the modes.
+        rows: the fixed tables of rows the original keeps, one per form (where it raises
+            past their end): ``compat=`` refuses a grid past them.
 
     Examples:
         >>> p = posenc.preset("llama3")
@@ -147,7 +166,13 @@ class RotaryPreset:
     per_block: Callable[[tuple[int, ...], float], Mapping[str, Any]] | None = None
     block_axes: tuple[int, ...] | None = None
     positions: Callable[[tuple[int, ...]], tuple[list[float], list[float]]] | None = None
-    originals: tuple[str, ...] = ()
+    replays: Mapping[str, str] = field(default_factory=dict)
+    rows: tuple[Table, ...] = ()
+
+    @property
+    def originals(self) -> tuple[str, ...]:
+        """The ``compat=`` modes that repeat the family's own arithmetic."""
+        return tuple(self.replays)
 
     def settings(self) -> str:
         """The keywords, as a call would spell them."""

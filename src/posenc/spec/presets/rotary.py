@@ -2,20 +2,14 @@
 
 Each entry is the keywords of :func:`posenc.rope` the family uses (see
 :class:`~posenc.spec.presets.base.RotaryPreset`): the language models' here, the image and
-video models' in :mod:`posenc.spec.presets.vision`, both in ``ROTARY_PRESETS``.
+video models' in their family records (:mod:`posenc.spec.families`), both in
+``ROTARY_PRESETS``.
 """
 
 from __future__ import annotations
 
+from posenc.spec.families import PRESETS as FAMILY_PRESETS
 from posenc.spec.presets.base import RotaryPreset
-from posenc.spec.presets.vision import VISION_PRESETS
-from posenc.spec.presets.vision_gathered import GATHERED_PRESETS
-from posenc.spec.presets.vision_ids import IDS_PRESETS
-from posenc.spec.presets.vision_kandinsky import KANDINSKY_PRESETS
-from posenc.spec.presets.vision_ltx2 import LTX2_PRESETS
-from posenc.spec.presets.vision_timm import TIMM_PRESETS
-from posenc.spec.presets.vision_transformers import HF_VISION_PRESETS
-from posenc.spec.presets.vision_video import VIDEO_PRESETS
 
 _YARN_V3 = {
     "rope_type": "yarn",
@@ -113,15 +107,6 @@ ROTARY_PRESETS: dict[str, RotaryPreset] = {
             "base is Qwen3VLTextConfig's default: checkpoints set their own rope_theta",
         ),
         RotaryPreset(
-            "flux",
-            "diffusers FluxPosEmbed(theta=10000, axes_dim=(16, 56, 56)); BFL flux rope",
-            "axial: interleaved blocks of 16, 56, 56 channels for (t, row, col) ids",
-            128,
-            {"base": 10000.0, "layout": "interleaved", "axes_dim": (16, 56, 56)},
-            "positions are [N, 3] ids (text tokens all zero); diffusers computes in float64, "
-            "so its float32 tables are these (float32 on MPS/NPU, where they are not)",
-        ),
-        RotaryPreset(
             "deepseek-v3",
             "transformers DeepseekV3RotaryEmbedding; deepseek-ai DeepSeek-V3 config",
             "YaRN x40 from 4096 (beta 32/1, mscale 1/1), qk_rope_head_dim 64, pairs (2i, 2i+1)",
@@ -151,15 +136,4 @@ ROTARY_PRESETS: dict[str, RotaryPreset] = {
         ),
     ]
 }
-ROTARY_PRESETS.update(
-    {
-        **VISION_PRESETS,
-        **IDS_PRESETS,
-        **VIDEO_PRESETS,
-        **GATHERED_PRESETS,
-        **LTX2_PRESETS,
-        **KANDINSKY_PRESETS,
-        **HF_VISION_PRESETS,
-        **TIMM_PRESETS,
-    }
-)
+ROTARY_PRESETS.update(FAMILY_PRESETS)

@@ -1,0 +1,209 @@
+"""What a family record holds (:class:`Family`, :class:`Audit`) and the helpers the records
+share (how a head splits into axis blocks, patch-centre coordinates).
+
+This module imports no record: :mod:`posenc.spec.families` collects them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from posenc.errors import PosencError
+from posenc.spec.presets.base import RotaryPreset
+
+Config = Mapping[str, Any]
+"""A model's ``config.json``, as read from disk."""
+
+
+def _head(cfg: Config) -> int:
+    return int(cfg.get("attention_head_dim") or 128)
+
+
+def _nothing(cfg: Config) -> dict[str, Any]:
+    return {}
+
+
+TOWER = "a vision tower: posenc audit builds the model from its config and asks patch"
+"""Why a transformers (or timm) vision tower has no :class:`Audit` entry."""
+
+
+@dataclass(frozen=True)
+class Classes:
+    """Module classes of one library that one recogniser of :func:`posenc.torch.patch` takes
+    (``@by_class(record.MODULES)``): the classes are named here, in the family's record, and
+    nowhere else.
+
+    Examples:
+        >>> Classes("diffusers", "WanRotaryPosEmbed").names
+        ('WanRotaryPosEmbed',)
+    """
+
+    library: str
+    names: tuple[str, ...]
+
+    def __init__(self, library: str, *names: str) -> None:
+        object.__setattr__(self, "library", library)
+        object.__setattr__(self, "names", names)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What ``posenc audit`` measures for a model of the family read from its config (the
+    library not installed, or no model built): the original's tables against the exact ones,
+    on the grid of the size the family is run at (a config holds no resolution).
+
+    Attributes:
+        models: the diffusers ``_class_name``\\ s it reads.
+        preset: the preset measured.
+        where: the module, as ``attribute (Class)``.
+        grid: the grid measured, and ``grid_words``: what it is (``"720p, 81 frames"``).
+        original: what the original computes in, in words.
+        dim: the rotary width, read from the config; ``keywords``: the ``rope_grid``
+            keywords the config sets.
+        compat: the ``compat=`` mode of the original; ``also``: other modes and where they
+            apply (``("diffusers-mps", "on a host with MPS")``).
+        buffers: the original keeps its tables in buffers (``model.to(bfloat16)`` rounds them).
+        fix: ``"patch"`` (``posenc.torch.patch``) or ``"pipeline"`` (the pipeline computes
+            the tables: pass posenc's).
+        largest: the largest position, when not the grid's last index.
+        ids: the tables are a FLUX-style ``rope`` of ``[N, k]`` ids, not a grid (``grid`` is
+            the side of the square image measured).
+    """
+
+    models: tuple[str, ...]
+    preset: RotaryPreset
+    where: str
+    grid: tuple[int, ...]
+    grid_words: str
+    original: str
+    dim: Callable[[Config], int] = _head
+    keywords: Callable[[Config], dict[str, Any]] = _nothing
+    compat: str = "diffusers"
+    buffers: bool = False
+    also: tuple[tuple[str, str], ...] = ()
+    fix: str = "patch"
+    largest: float | None = None
+    ids: bool = False
+
+
+@dataclass(frozen=True)
+class Row:
+    """A preset's row of the docs' family tables (``docs/rope-vision.md``, generated from the
+    records at build time): ``section`` names the table (``"diffusers grids"``, ``"diffusers
+    ids"``, ``"transformers"``, ``"timm"``); ``base``, ``layout`` and ``compat`` are the
+    preset's own (its ``rotary`` keywords, its ``replays``) unless given, in words."""
+
+    preset: RotaryPreset
+    section: str
+    models: str
+    blocks: str
+    coordinates: str
+    base: str = ""
+    layout: str = ""
+    compat: str = ""
+
+
+def _as_built(arch: str, grid: tuple[int, int]) -> tuple[dict[str, Any], float | None]:
+    return {}, None
+
+
+@dataclass(frozen=True)
+class TimmAudit:
+    """What ``posenc audit`` measures for a timm model read from its ``config.json``: the
+    architectures whose name holds ``fragment`` (the longest fragment of any record wins), at
+    the size of its ``pretrained_cfg``.
+
+    Attributes:
+        fragment: a part of the architecture's name (``"eva02"``, ``"_rope_reg"``).
+        preset: the preset measured.
+        positions: ``(architecture, grid) -> (rope_grid keywords, largest position or
+            None)``: the model's coordinates at that grid.
+        buffers: a model of a fixed size keeps its table in a buffer (``model.to(bfloat16)``
+            rounds it).
+    """
+
+    fragment: str
+    preset: RotaryPreset
+    positions: Callable[[str, tuple[int, int]], tuple[dict[str, Any], float | None]] = _as_built
+    buffers: bool = False
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of image or video models (or a few close ones), in one place: everything
+    posenc knows about it, which the presets, ``compat=``, ``patch``, ``posenc audit`` and the
+    docs read.
+
+    Attributes:
+        name: how the docs name it.
+        presets: its rotary presets (each with its ``compat=`` replays and the rows its
+            original keeps: :class:`~posenc.spec.presets.base.RotaryPreset`).
+        classes: its positional module classes (each group one recogniser's of
+            ``posenc.torch.patch``): what ``patch`` replaces or reports.
+        audits: what ``posenc audit`` measures for its models read from their configs.
+        unaudited: why it has no audit entry, where it has none.
+        docs: its presets' rows of the docs' family tables.
+
+    Examples:
+        >>> from posenc.spec.families import FAMILIES
+        >>> wan = FAMILIES["wan"]
+        >>> [p.name for p in wan.presets], wan.audits[0].grid
+        (['wan'], (21, 45, 80))
+    """
+
+    name: str
+    presets: tuple[RotaryPreset, ...]
+    classes: tuple[Classes, ...] = ()
+    audits: tuple[Audit | TimmAudit, ...] = ()
+    unaudited: str = ""
+    docs: tuple[Row, ...] = ()
+
+
+# --- how a head splits into blocks, and coordinates ----------------------------------------------
+
+
+def split(name: str, dim: int, rule: str, widths: tuple[int, ...]) -> dict[str, Any]:
+    """``{"axes_dim": widths}``, or the error naming the family's rule when ``dim`` does not
+    split into even blocks by it."""
+    if any(w <= 0 or w % 2 for w in widths) or sum(widths) != dim:
+        raise PosencError(
+            f"`dim` = {dim} does not split into {name}'s even blocks ({rule}): got {widths}"
+        )
+    return {"axes_dim": widths}
+
+
+def two_blocks(name: str) -> Callable[[int, float], dict[str, Any]]:
+    """``(dim, base) -> {"axes_dim": (dim / 2, dim / 2)}``: two axes, ``dim / 4`` frequencies
+    each (the 2D families), or the error naming the rule when ``dim`` is not a multiple of 4."""
+
+    def axial(dim: int, base: float) -> dict[str, Any]:
+        return split(name, dim, "dim / 2 per axis, dim a multiple of 4", (dim // 2, dim // 2))
+
+    return axial
+
+
+def centred(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """Patch centres ``((i + 0.5) / n) * 2 - 1`` per axis (DINOv3): step ``2 / n``, the start
+    minus the middle offset times the step, so an odd axis's middle patch is at exactly 0."""
+    steps = [2.0 / n if n else 1.0 for n in dims]
+    return [-((n - 1) / 2) * s for n, s in zip(dims, steps, strict=True)], steps
+
+
+def axes(key: str, default: tuple[int, ...], theta: float | None = None) -> Callable[..., Any]:
+    """An :class:`Audit`'s ``keywords``: the blocks a config sets under ``key`` (and its
+    ``rope_theta``, when ``theta`` is the family's default)."""
+
+    def read(cfg: Config) -> dict[str, Any]:
+        kw: dict[str, Any] = {"axes_dim": tuple(int(a) for a in cfg.get(key) or default)}
+        if theta is not None:
+            kw["base"] = float(cfg.get("rope_theta") or theta)
+        return kw
+
+    return read
+
+
+def width(key: str, default: tuple[int, ...]) -> Callable[[Config], int]:
+    """An :class:`Audit`'s ``dim``: the sum of the blocks a config sets under ``key``."""
+    return lambda cfg: sum(int(a) for a in cfg.get(key) or default)
