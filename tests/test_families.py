@@ -37,6 +37,11 @@ def test_a_record_is_what_the_views_read(name):
     assert record.audits or record.unaudited, f"{name}: no audit entry and no reason"
     for audit in record.audits:
         assert audit.preset in record.presets
+    for trained in record.trained:  # one extent per grid axis of the preset at its own width
+        assert trained.preset in record.presets
+        ones = (1,) * len(trained.grid)
+        cos, _ = posenc.rope_grid(ones, trained.preset.dim, preset=trained.preset.name)
+        assert cos.shape == (1, trained.preset.dim)
 
 
 def test_every_image_and_video_preset_has_a_record():

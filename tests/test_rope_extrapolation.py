@@ -187,10 +187,6 @@ def test_the_rule_follows_the_grid_axis_not_the_block():
             ("`k`", "riflex", "8", "9"),
         ),
         (
-            {"scaling": ({"rope_type": "riflex", "k": 4}, None, None)},
-            ("scaling[0]['length']", "required"),
-        ),
-        (
             {"scaling": ({"rope_type": "riflex", "k": 0, "length": 66}, None, None)},
             ("scaling[0]['k']", "0"),
         ),
@@ -489,4 +485,69 @@ def test_riflex_finds_its_pair_from_where_the_video_repeats(preset_kwargs, repea
     with pytest.raises(PosencError, match=r"takes `k`.*or `repeats_at`.*got both"):
         posenc.rope_grid(
             (120, 1, 1), dim, **preset_kwargs, scaling=({**given, **found}, None, None)
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# what a rule takes from the grid and the family's record
+
+
+@pytest.mark.parametrize(
+    ("preset", "shape", "short", "full"),
+    [
+        ("hunyuan-video", (66, 45, 80), {"rope_type": "riflex"}, {"k": 4, "length": 66}),
+        ("cogvideox", (25, 30, 45), {"rope_type": "riflex"}, {"k": 2, "length": 25}),
+        ("wan", (60, 45, 80), {"rope_type": "riflex"}, {"k": 6, "length": 60}),
+        ("hunyuan-video", (66, 45, 80), {"rope_type": "riflex", "k": 3}, {"length": 66}),
+        ("flux", (1, 256, 256), {"rope_type": "dype", "time": 0.5}, {"factor": 4.0, "L": 64}),
+        ("qwen-image", (1, 166, 166), {"rope_type": "vision-yarn"}, {"factor": 2.0, "L": 83}),
+        ("z-image", (1, 96, 160), {"rope_type": "vision-yarn"}, {"factor": 1.5, "L": 64}),
+    ],
+)
+def test_a_rule_of_one_axis_takes_the_grid_and_the_family_training(preset, shape, short, full):
+    """RIFLEx's length is the axis's extent and its pair the family's (HunyuanVideo repeats at
+    48 latent frames: pair 4; CogVideoX 20: 2; Wan 51: 6); vision YaRN's and DyPE's trained
+    extent is the family's (FLUX 64, Qwen-Image 83, Z-Image 64) and their scale the axis's
+    extent over it: the same tables as the rule written out."""
+    full = {**short, **full}
+    if "L" in full:
+        full["original_max_position_embeddings"] = full.pop("L")
+    axis = 0 if short["rope_type"] == "riflex" else 1
+    rules = [None] * len(shape)
+    given = [None] * len(shape)
+    rules[axis] = short
+    given[axis] = full
+    if axis == 1:  # both spatial axes, as the references apply them
+        rules[2], given[2] = (
+            short,
+            {**full, "factor": shape[2] / full["original_max_position_embeddings"]},
+        )
+    dim = posenc.preset(preset).dim  # the family's own width: its pair is found on its ladder
+    a = posenc.rope_grid(shape, dim, preset=preset, scaling=tuple(rules), dtype=np.float64)
+    b = posenc.rope_grid(shape, dim, preset=preset, scaling=tuple(given), dtype=np.float64)
+    plain = posenc.rope_grid(shape, dim, preset=preset, dtype=np.float64)
+    assert np.array_equal(a[0], b[0])
+    assert np.array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], plain[0])
+
+
+def test_a_family_without_a_trained_size_names_what_to_give():
+    with pytest.raises(PosencError) as err:
+        posenc.rope_grid((256, 256), 128, preset="hunyuan-image", time=0.5,
+                         scaling=(None, {"rope_type": "dype"}))  # fmt: skip
+    for word in ("scaling[1]", "original_max_position_embeddings", "'hunyuan-image'", "give it"):
+        assert word in str(err.value)
+    with pytest.raises(PosencError) as err:
+        posenc.rope_grid(
+            (60, 4, 4), 48, axes_dim=(16, 16, 16), scaling=({"rope_type": "riflex"}, None, None)
+        )
+    for word in ("scaling[0]", "`k`", "`repeats_at`", "without a preset"):
+        assert word in str(err.value)
+
+
+def test_rope_of_ids_has_no_grid_to_read_the_length_from():
+    ids = np.zeros((4, 3), dtype=np.int64)
+    with pytest.raises(PosencError, match=r"`scaling\[0\]\['length'\]` is required"):
+        posenc.rope(
+            ids, 128, preset="hunyuan-video", scaling=({"rope_type": "riflex", "k": 4}, None, None)
         )

@@ -23,9 +23,10 @@ from posenc.api.rope import rope_label
 from posenc.errors import MAX_POSITION, PosencError, check_choice, check_int, check_real, show
 from posenc.evaluate.libs import is_torch
 from posenc.evaluate.positions import Progression, grid_shape
+from posenc.spec.families import trained_of
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.rotary import Rotary, rotary, with_axes_scaling
-from posenc.spec.scaling import timed
+from posenc.spec.scaling import sized, timed
 
 if TYPE_CHECKING:
     from posenc._types import Tensor, TorchDType
@@ -187,7 +188,12 @@ def rope_grid(
             ``/ s``), ``"imax"``, ``"multi-inter"``, ``"vision-yarn"`` (its magnitude on
             the axes it is given for), ``"dype"`` and ``"lumina-time"`` (with ``"time"``: 1
             pure noise), and transformers' rules (docs: *Beyond the trained size*). Exact: the
-            rule's float64 frequencies and magnitude, rounded once with the table.
+            rule's float64 frequencies and magnitude, rounded once with the table. A rule of
+            one grid axis takes what it lacks from the grid and the size the preset's family
+            was trained at (its record's ``trained``): RIFLEx's ``length`` is ``shape[a]`` and
+            its pair the family's (HunyuanVideo 4, CogVideoX 2, Wan 6); vision YaRN's and
+            DyPE's ``original_max_position_embeddings`` the trained extent (FLUX 64) and
+            ``factor`` ``shape[a]`` over it (pass ``factor`` for a crop of a larger image).
         time: the diffusion time (1: pure noise, 0: the clean image) for the rules that
             follow it (``"dype"``, ``"lumina-time"``), which refuse to run without one: given
             to each that has no ``"time"`` of its own.
@@ -253,6 +259,7 @@ def rope_grid(
     dims = grid_shape(shape, k, axes=grid_axes_rule(r))
     read = block_axes_of(block_axes, preset, k)  # the grid axis of each block
     if per_axis is not None:  # one rule per grid axis, to the block that encodes it
+        per_axis = _with_training(per_axis, preset, dims)
         r = with_axes_scaling(r, per_axis, [read.index(g) for g in range(k)])
     recipe = get_rotary_preset(preset).positions if preset is not None else None
     if recipe is not None and crop is None:  # the family's coordinates, where none are given
@@ -305,6 +312,30 @@ def rope_grid(
 
 def _no_rows(device: Any) -> Any:
     raise AssertionError("an empty grid is never computed")  # pragma: no cover
+
+
+def _with_training(rules: Sequence[Any], preset: Any, dims: tuple[int, ...]) -> Any:
+    """One rule per grid axis, each with the keys its rule takes from the grid and the size
+    the preset's family was trained at (:func:`posenc.spec.scaling.sized`): the extents of
+    ``dims``, the family's trained grid, and where its videos repeat (the first axis, time)."""
+    if len(rules) != len(dims):
+        return rules  # refused, naming the count, by with_axes_scaling
+    trained = trained_of(preset)
+    grid = trained.grid if trained is not None and len(trained.grid) == len(dims) else ()
+    repeats = trained.repeats_at if trained is not None else None
+    family = get_rotary_preset(preset).name if preset is not None else None
+    filled = [
+        sized(
+            rule,
+            n,
+            grid[g] if grid else None,
+            repeats if g == 0 else None,
+            where=f"scaling[{g}]",
+            family=family,
+        )
+        for g, (rule, n) in enumerate(zip(rules, dims, strict=True))
+    ]
+    return type(rules)(filled) if isinstance(rules, tuple) else filled
 
 
 def grid_axes_rule(rotary: Rotary) -> str:

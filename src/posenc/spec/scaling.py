@@ -112,6 +112,11 @@ class Rule:
             name) or ``"vision"`` (a rule of image and video models past their trained size,
             applied to one axis of a grid: ``rope_grid(..., scaling=...)``; no float32 replay
             of transformers').
+        from_grid: the keys a rule of one grid axis takes, when it has none, from the grid
+            and the size the preset's family was trained at (:func:`sized`): ``length``
+            (the axis's extent), ``repeats_at`` (where the family's videos repeat, when no
+            ``k`` is given either), ``original_max_position_embeddings`` (the trained extent)
+            and ``factor`` (the extent over the trained one).
     """
 
     required: tuple[str, ...]
@@ -126,6 +131,7 @@ class Rule:
     switches_tables: bool = False
     unscaled: bool = False
     origin: str = "transformers"
+    from_grid: tuple[str, ...] = ()
 
     @property
     def uses_seq_len(self) -> bool:
@@ -212,6 +218,7 @@ RULES: dict[str, Rule] = {
         None,
         check=riflex_check,
         origin="vision",
+        from_grid=("length", "repeats_at"),
     ),
     "vision-yarn": Rule(
         ("factor", "original_max_position_embeddings"),
@@ -220,6 +227,7 @@ RULES: dict[str, Rule] = {
         None,
         requires_factor=True,
         origin="vision",
+        from_grid=("original_max_position_embeddings", "factor"),
     ),
     "dype": Rule(
         ("factor", "original_max_position_embeddings", "time"),
@@ -228,6 +236,7 @@ RULES: dict[str, Rule] = {
         None,
         requires_factor=True,
         origin="vision",
+        from_grid=("original_max_position_embeddings", "factor"),
     ),
     "lumina-time": Rule(
         ("factor", "time"),
@@ -391,3 +400,48 @@ def timed(scaling: Any, time: Any) -> Any:
         )
     given = [{"time": time, **r} if reads(r) else r for r in rules]
     return type(scaling)(given) if isinstance(scaling, list | tuple) else given[0]
+
+
+def sized(
+    rule: Any,
+    extent: int,
+    trained: int | None,
+    repeats_at: int | None,
+    *,
+    where: str = "scaling",
+    family: str | None = None,
+) -> Any:
+    """One grid axis's ``rule`` with the keys its :class:`Rule` takes from the grid
+    (``from_grid``) where it has none: ``length`` the axis's ``extent``; ``repeats_at`` the
+    family's (only when neither ``k`` nor ``repeats_at`` is given);
+    ``original_max_position_embeddings`` the ``trained`` extent; ``factor`` ``extent``
+    over the trained extent. A key still missing is an error naming ``where`` (the rule's
+    place in the call), the key and ``family`` (the preset, which records no such size).
+    Anything but a rule dict is returned as it is."""
+    kind = rule.get("rope_type", rule.get("type")) if isinstance(rule, Mapping) else None
+    if not isinstance(kind, str) or kind not in RULES:
+        return rule
+    out = dict(rule)
+    wanted = RULES[kind].from_grid
+    of = f"preset {family!r}" if family else "a call without a preset"
+    if "length" in wanted:
+        out.setdefault("length", extent)
+    if "repeats_at" in wanted and out.get("k") is None and out.get("repeats_at") is None:
+        if repeats_at is None:
+            raise PosencError(
+                f"`{where}`: rope_type {kind!r} takes `k` (the intrinsic pair, 1-based) or "
+                f"`repeats_at` (the latent frame where the video repeats), and {of} records "
+                "neither for this axis: give one"
+            )
+        out["repeats_at"] = repeats_at
+    if "original_max_position_embeddings" in wanted:
+        if trained is None and "original_max_position_embeddings" not in out:
+            raise PosencError(
+                f"`{where}`: rope_type {kind!r} needs `original_max_position_embeddings` (the "
+                f"axis's trained extent in tokens), and {of} records none for this axis: give it"
+            )
+        out.setdefault("original_max_position_embeddings", trained)
+    length = out.get("original_max_position_embeddings")
+    if "factor" in wanted and isinstance(length, int | float) and length > 0:
+        out.setdefault("factor", extent / length)
+    return out

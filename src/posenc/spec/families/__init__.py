@@ -22,10 +22,21 @@ import importlib
 import pkgutil
 
 from posenc.errors import PosencError
-from posenc.spec.families.base import Audit, Classes, Family, TimmAudit
+from posenc.spec.families.base import Audit, Classes, Family, TimmAudit, Trained
 from posenc.spec.presets.base import RotaryPreset
 
-__all__ = ["FAMILIES", "PRESETS", "Audit", "Classes", "Family", "TimmAudit", "check", "family_of"]
+__all__ = [
+    "FAMILIES",
+    "PRESETS",
+    "Audit",
+    "Classes",
+    "Family",
+    "TimmAudit",
+    "Trained",
+    "check",
+    "family_of",
+    "trained_of",
+]
 
 
 def check(records: dict[str, Family]) -> dict[str, Family]:
@@ -75,3 +86,14 @@ def family_of(preset: str | RotaryPreset) -> Family:
         if any(p.name == name for p in record.presets):
             return record
     raise PosencError(f"`preset` {name!r} is not an image or video family's")
+
+
+def trained_of(preset: str | RotaryPreset | None) -> Trained | None:
+    """The size ``preset``'s models were trained at (its record's :class:`Trained` entry), or
+    None: no preset, not a family's, or a family that records none."""
+    name = preset.name if isinstance(preset, RotaryPreset) else preset
+    for record in FAMILIES.values():
+        for entry in record.trained:
+            if entry.preset.name == name:
+                return entry
+    return None

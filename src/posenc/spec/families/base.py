@@ -89,6 +89,27 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class Trained:
+    """The size a preset's models were trained at: what the rules past it take by default
+    (``posenc.rope_grid(..., scaling=(…))``, one rule per axis: RIFLEx's pair and length,
+    vision YaRN's and DyPE's trained extent and scale).
+
+    Attributes:
+        preset: the preset.
+        grid: tokens per grid axis at the trained size (None: an axis whose extent the
+            training does not fix, e.g. FLUX's text axis).
+        repeats_at: the latent frame at which the family's videos repeat (RIFLEx's ``N``,
+            from which its intrinsic pair is found), where known.
+        source: where the numbers come from, in words.
+    """
+
+    preset: RotaryPreset
+    grid: tuple[int | None, ...]
+    repeats_at: int | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Row:
     """A preset's row of the docs' family tables (``docs/rope-vision.md``, generated from the
     records at build time): ``section`` names the table (``"diffusers grids"``, ``"diffusers
@@ -144,6 +165,7 @@ class Family:
             ``posenc.torch.patch``): what ``patch`` replaces or reports.
         audits: what ``posenc audit`` measures for its models read from their configs.
         unaudited: why it has no audit entry, where it has none.
+        trained: the sizes its presets' models were trained at (:class:`Trained`).
         docs: its presets' rows of the docs' family tables.
 
     Examples:
@@ -158,6 +180,7 @@ class Family:
     classes: tuple[Classes, ...] = ()
     audits: tuple[Audit | TimmAudit, ...] = ()
     unaudited: str = ""
+    trained: tuple[Trained, ...] = ()
     docs: tuple[Row, ...] = ()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.spec.families.base import Audit, Classes, Family, Row, split
+from posenc.spec.families.base import Audit, Classes, Family, Row, Trained, split
 from posenc.spec.presets.base import RotaryPreset
 
 
@@ -43,6 +43,14 @@ FAMILY = Family(
             "480 x 720, 49 frames",
             "diffusers get_3d_rotary_pos_embed: float32, computed by the pipeline",
             fix="pipeline",
+        ),
+    ),
+    trained=(
+        Trained(
+            COGVIDEOX,
+            (13, 30, 45),
+            20,
+            "49 frames of 480 x 720 (CogVideoX-5B); RIFLEx's pair 2, period 20 latent frames",
         ),
     ),
     docs=(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from posenc.errors import PosencError
-from posenc.spec.families.base import Audit, Classes, Config, Family, Row, split
+from posenc.spec.families.base import Audit, Classes, Config, Family, Row, Trained, split
 from posenc.spec.presets.base import RotaryPreset, Table
 
 COSMOS_SCALE = (2.0, 1.0, 1.0)
@@ -82,6 +82,7 @@ FAMILY = Family(
             keywords=_keywords,
         ),
     ),
+    trained=(Trained(COSMOS, (16, 44, 80), None, "121 frames of 704 x 1280 (Cosmos-1)"),),
     docs=(
         Row(
             COSMOS,

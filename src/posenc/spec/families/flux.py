@@ -9,7 +9,7 @@ preset=...)`` gives their tables; the patch stand-ins repeat diffusers' own arit
 
 from __future__ import annotations
 
-from posenc.spec.families.base import Audit, Classes, Family, Row
+from posenc.spec.families.base import Audit, Classes, Family, Row, Trained
 from posenc.spec.presets.base import RotaryPreset
 
 FLUX = RotaryPreset(
@@ -148,6 +148,9 @@ FAMILY = Family(
         _audit(("Flux3Transformer2DModel",), FLUX3, "Flux3PosEmbed"),
         _audit(("Krea2Transformer2DModel",), KREA2, "Krea2RotaryPosEmbed"),
         _audit(("HiDreamImageTransformer2DModel",), HIDREAM, "HiDreamImageEmbedND"),
+    ),
+    trained=(
+        Trained(FLUX, (None, 64, 64), None, "1024 x 1024 px: 64 x 64 tokens (FLUX.1, DyPE's L)"),
     ),
     docs=(
         Row(

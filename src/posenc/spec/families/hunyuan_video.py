@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.spec.families.base import Audit, Classes, Config, Family, Row, axes, two_blocks, width
+from posenc.spec.families.base import (
+    Audit,
+    Classes,
+    Config,
+    Family,
+    Row,
+    Trained,
+    axes,
+    two_blocks,
+    width,
+)
 from posenc.spec.presets.base import RotaryPreset
 
 HUNYUAN_VIDEO = RotaryPreset(
@@ -70,6 +80,14 @@ FAMILY = Family(
             "diffusers HunyuanImageRotaryPosEmbed: float32 angles per call",
             keywords=axes("rope_axes_dim", (64, 64), 256.0),
             dim=width("rope_axes_dim", (64, 64)),
+        ),
+    ),
+    trained=(
+        Trained(
+            HUNYUAN_VIDEO,
+            (33, 45, 80),
+            48,
+            "129 frames of 720p; RIFLEx saw its videos repeat at 48 latent frames (pair 4)",
         ),
     ),
     docs=(

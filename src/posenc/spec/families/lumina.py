@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from posenc.errors import PosencError
-from posenc.spec.families.base import Audit, Classes, Family, Row, axes, width
+from posenc.spec.families.base import Audit, Classes, Family, Row, Trained, axes, width
 from posenc.spec.presets.base import RotaryPreset, Table
 
 
@@ -125,6 +125,11 @@ FAMILY = Family(
             dim=width("axes_dims", (32, 48, 48)),
             largest=257,
         ),
+    ),
+    trained=(
+        Trained(LUMINA_NEXT, (64, 64), None, "1024 x 1024 px: 64 x 64 tokens"),
+        Trained(LUMINA2, (None, 64, 64), None, "1024 x 1024 px: 64 x 64 tokens"),
+        Trained(Z_IMAGE, (None, 64, 64), None, "1024 x 1024 px: 64 x 64 tokens"),
     ),
     docs=(
         Row(

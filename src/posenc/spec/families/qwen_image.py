@@ -4,7 +4,7 @@ and its copies.
 
 from __future__ import annotations
 
-from posenc.spec.families.base import Audit, Classes, Family, Row, axes
+from posenc.spec.families.base import Audit, Classes, Family, Row, Trained, axes
 from posenc.spec.presets.base import RotaryPreset, Table
 
 
@@ -57,6 +57,7 @@ FAMILY = Family(
             },
         ),
     ),
+    trained=(Trained(QWEN_IMAGE, (None, 83, 83), None, "1328 x 1328 px: 83 x 83 tokens"),),
     docs=(
         Row(
             QWEN_IMAGE,

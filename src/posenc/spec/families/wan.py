@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.spec.families.base import Audit, Classes, Family, Row, split
+from posenc.spec.families.base import Audit, Classes, Family, Row, Trained, split
 from posenc.spec.presets.base import RotaryPreset, Table
 
 
@@ -67,6 +67,15 @@ FAMILY = Family(
             "buffers (float32 angles on a host with MPS, even on its CPU)",
             buffers=True,
             also=(("diffusers-mps", "on a host with MPS"),),
+        ),
+    ),
+    trained=(
+        Trained(
+            WAN,
+            (21, 45, 80),
+            51,
+            "81 frames of 720p (Wan 2.1 14B); RIFLEx's pair 6 (ComfyUI-WanVideoWrapper's "
+            "default), period 51 latent frames",
         ),
     ),
     docs=(
