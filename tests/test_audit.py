@@ -372,9 +372,8 @@ def test_every_field_read_has_a_rule():
     """The config keys the audit reads by name (``cfg.get("x")``, ``cfg["x"]``) are in
     FIELDS, the table checked before reading, or are a scaling rule's (checked by the rule)."""
     import ast
-    import inspect
-
     import importlib
+    import inspect
 
     from posenc.app import audit_fields, audit_models, audit_vision
     from posenc.spec.families import FAMILIES

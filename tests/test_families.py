@@ -31,7 +31,7 @@ def test_a_record_is_what_the_views_read(name):
     for p in record.presets:
         assert posenc.preset(p.name) is p
         assert family_of(p.name) is record
-        for mode, target in p.replays.items():
+        for target in p.replays.values():
             module, function = target.split(":")
             assert callable(getattr(importlib.import_module(module), function)), target
     assert record.audits or record.unaudited, f"{name}: no audit entry and no reason"

@@ -220,7 +220,12 @@ def rope_grid(
             tables in float32 or float64; Lumina-Image-2.0's float64 ones only in float64).
             Only grid positions ``start + i * step`` the original can produce are taken;
             positions no grid holds (ids) are replayed by :func:`posenc.torch.patch`
-            (``compat="original"``). Default: exact.
+            (``compat="original"``). With one rule per grid axis (``scaling``), the rule as
+            its references apply it within the family's code, where one does: RIFLEx
+            (thu-ml's on HunyuanVideo and CogVideoX, kijai's float64 on Wan: ``"riflex"``),
+            Cosmos' ``rope_scale`` (``"ntk-aware"``, ``"ntk"``), Lumina-Next's pipeline
+            (``"lumina-time"``, ``"linear"``, ``"ntk"``); any other is refused, naming it.
+            Default: exact.
 
     Returns:
         ``(cos, sin)``, each ``[prod(shape), dim]`` (``dim / 2`` compact). NumPy arrays,
@@ -267,10 +272,11 @@ def rope_grid(
         start = own_start if start is None else start
         step = own_step if step is None else step
     starts, steps = _coordinates(dims, start, step, crop)
-    if compat is not None and any(not s.is_default for s in r.scalings):
+    if compat is not None and not r.scaling.is_default:
         raise PosencError(
-            "`compat` repeats a family's own arithmetic, which has no `scaling` rule: drop "
-            "`compat` for the rule's exact tables"
+            "`scaling` with `compat`: one rule for the whole table is not a family's own "
+            "arithmetic; give one rule per grid axis (those with a reference are replayed), or "
+            "drop `compat` for the rule's exact tables"
         )
     if compat is not None:
         family = get_rotary_preset(preset) if preset is not None else None

@@ -13,13 +13,14 @@ first): the stand-ins without ``compat`` are.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from posenc.compat.grid import PAIRS, Free, GridCall, check_form, compat_grid
+from posenc.compat.grid import PAIRS, Free, GridCall, check_form, compat_grid, references
 from posenc.errors import PosencError
 
 NO_FLOAT64 = frozenset({"mps", "npu", "neuron"})
@@ -78,14 +79,19 @@ def rotary_1d(
     interleave: bool = True,
     linear_factor: float = 1.0,
     ntk_factor: float = 1.0,
+    pairs: Mapping[int, float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``get_1d_rotary_pos_embed(dim, pos, theta, use_real=True, linear_factor, ntk_factor,
     repeat_interleave_real=interleave, freqs_dtype)``: ``(cos, sin)`` ``[S, dim]`` float32,
     each frequency's column repeated in place (interleaved) or the table twice (halves).
-    The angles take the dtype ``pos`` and ``freqs_dtype`` promote to."""
+    The angles take the dtype ``pos`` and ``freqs_dtype`` promote to. ``pairs``: frequencies
+    set into the ladder before the product, as RIFLEx's copy of this function
+    (``get_1d_rotary_pos_embed_riflex``) sets its pair ``k - 1``."""
     theta = theta * ntk_factor
     exponent = torch.arange(0, dim, 2, dtype=freqs_dtype, device=pos.device) / dim
     freqs = 1.0 / (theta**exponent) / linear_factor
+    for j, value in (pairs or {}).items():
+        freqs[j] = value
     freqs = torch.outer(pos, freqs)
     if freqs.device.type == "npu":
         freqs = freqs.float()
@@ -315,12 +321,15 @@ def _cogview4(
 Replay = Callable[[GridCall, torch.device], tuple[torch.Tensor, torch.Tensor]]
 
 
-def _replay(call: GridCall, tables: Replay, free: Free | None = None) -> tuple[Any, Any]:
+def _replay(
+    call: GridCall, tables: Replay, free: Free | None = None, takes: tuple[str, ...] = ()
+) -> tuple[Any, Any]:
     """One family's replay: the call's form checked against the family's own (``free``: the
-    keywords the replay takes from the call, e.g. the module's own widths), then its tables
+    keywords the replay takes from the call, e.g. the module's own widths; ``takes``: the
+    forms of a rule past the trained size its references apply), then its tables
     ``tables(call, device)``, NumPy out unless torch is asked for (a torch ``dtype``,
     ``device`` or ``like``)."""
-    check_form(call, free)
+    check_form(call, free, takes)
     return compat_grid(lambda work: tables(call, work), call)
 
 
@@ -328,24 +337,32 @@ MODULE_WIDTHS: Free = {"axes_dim": None}
 """A module's own block widths, which its replay takes from the call."""
 
 
+RIFLEX = ("pairs",)
+"""What RIFLEx's references change in the 1-D function: its pair ``k - 1``."""
+
+
 def wan(call: GridCall) -> tuple[Any, Any]:
     """``WanRotaryPosEmbed``: per block ``get_1d_rotary_pos_embed`` of the integer rows
     (``0 … max_seq_len - 1``) in float64 (float32 on a host with MPS: ``"diffusers-mps"``),
-    broadcast to the grid and concatenated."""
+    broadcast to the grid and concatenated; RIFLEx as kijai's wrapper (the float64 pair)."""
     wide = torch.float64 if call.compat == "diffusers" else torch.float32
-    return _replay(call, lambda c, work: _per_axis(c, work, ("int64",), wide), MODULE_WIDTHS)
+    tables: Replay = lambda c, work: _per_axis(c, work, ("int64",), wide)  # noqa: E731
+    return _replay(call, tables, MODULE_WIDTHS, RIFLEX)
 
 
 def hunyuan_video(call: GridCall) -> tuple[Any, Any]:
-    """``HunyuanVideoRotaryPosEmbed``: float32 ``arange`` positions, float32 throughout."""
-    return _replay(call, lambda c, work: _per_axis(c, work, ("float32",)), MODULE_WIDTHS)
+    """``HunyuanVideoRotaryPosEmbed``: float32 ``arange`` positions, float32 throughout;
+    RIFLEx as thu-ml's ``HunyuanVideoRotaryPosEmbedRifleX``."""
+    tables: Replay = lambda c, work: _per_axis(c, work, ("float32",))  # noqa: E731
+    return _replay(call, tables, MODULE_WIDTHS, RIFLEX)
 
 
 def cogvideox(call: GridCall) -> tuple[Any, Any]:
     """``get_3d_rotary_pos_embed``: integer ``slice`` grids (float32 ``arange``), or with
-    ``crop`` the ``linspace`` grids of the crop (the time axis ``linspace`` of its frames)."""
+    ``crop`` the ``linspace`` grids of the crop (the time axis ``linspace`` of its frames);
+    RIFLEx as thu-ml's ``get_3d_rotary_pos_embed_riflex``."""
     rows = ("linspace", "crop") if call.cropped else ("float32",)
-    return _replay(call, lambda c, work: _per_axis(c, work, rows), MODULE_WIDTHS)
+    return _replay(call, lambda c, work: _per_axis(c, work, rows), MODULE_WIDTHS, RIFLEX)
 
 
 def hunyuan_dit(call: GridCall) -> tuple[Any, Any]:
@@ -354,9 +371,17 @@ def hunyuan_dit(call: GridCall) -> tuple[Any, Any]:
 
 
 def cosmos(call: GridCall) -> tuple[Any, Any]:
-    """``CosmosRotaryPosEmbed``: float32, per-axis bases, halves; ``step[0] = 24 / fps``."""
+    """``CosmosRotaryPosEmbed``: float32, per-axis bases, halves; ``step[0] = 24 / fps``. A
+    rule's new base on an axis (``"ntk-aware"``: Cosmos' ``rope_scale``) is that axis's."""
     free: Free = {**MODULE_WIDTHS, "axes_base": None}
-    return _replay(call, lambda c, work: _cosmos(c.dims, c.rotary, c.starts, c.steps, work), free)
+    bases = [ref.base for ref in references(call, ("base",))]
+    own = call.rotary.axes_base or (call.rotary.base,) * 3
+    rotary = dataclasses.replace(
+        call.rotary,
+        axes_base=tuple(b if b is not None else o for b, o in zip(bases, own, strict=True)),
+    )
+    tables: Replay = lambda c, work: _cosmos(c.dims, rotary, c.starts, c.steps, work)  # noqa: E731
+    return _replay(call, tables, free, ("base",))
 
 
 def qwen_image(call: GridCall) -> tuple[Any, Any]:
@@ -387,10 +412,16 @@ def _per_axis(
     r, dims = call.rotary, call.dims
     k = len(dims)
     parts_cos, parts_sin = [], []
-    for d, g in zip(r.axes_dim, call.blocks, strict=True):
+    refs = references(call, RIFLEX)
+    for d, g, ref in zip(r.axes_dim, call.blocks, refs, strict=True):
         pos = _positions(call, g, rows[0] if g == 0 else rows[-1], work)
         cos, sin = rotary_1d(
-            d, pos, float(r.base), freqs_dtype=wide, interleave=r.layout == "interleaved"
+            d,
+            pos,
+            float(r.base),
+            freqs_dtype=wide,
+            interleave=r.layout == "interleaved",
+            pairs=ref.pairs,
         )
         shape = [1] * k + [d]
         shape[g] = dims[g]

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from posenc.compat.grid import PAIRS, GridCall, check_form, compat_grid
+from posenc.compat.grid import PAIRS, GridCall, check_form, compat_grid, references
 from posenc.errors import PosencError
 
 Rows = Callable[[int, torch.Tensor, float], torch.Tensor]
@@ -123,10 +123,20 @@ def _check(call: GridCall, *, from_zero: bool = False) -> list[int]:
 def lumina_next(call: GridCall) -> tuple[Any, Any]:
     """``posenc.rope_grid(..., preset="lumina-next", compat="diffusers")``: the pipeline's
     ``get_2d_rotary_pos_embed_lumina`` table (float32, complex64), rows and columns taken in
-    turn per frequency, in the call's layout."""
-    check_form(call, {"layout": PAIRS, "axes_scale": None})  # and Lumina-Next's linear_factor
+    turn per frequency, in the call's layout; a rule on both axes (``"lumina-time"``,
+    ``"linear"``, ``"ntk"``) as the pipeline's ``linear_factor`` or ``ntk_factor``."""
+    takes = ("base", "linear")  # the pipeline's ntk_factor and linear_factor
+    check_form(call, {"layout": PAIRS, "axes_scale": None}, takes)
     _check(call, from_zero=True)
     linear, base = _factors(call.rotary)
+    rows, cols = references(call, takes)
+    if rows != cols or (rows.forms and call.rotary.axes_scale is not None):
+        raise PosencError(
+            "`scaling` with `compat`: Lumina-Next's pipeline scales rows and columns alike, by "
+            "one rule and no `axes_scale`: give the same rule for both axes"
+        )
+    linear = rows.linear if rows.forms else linear
+    base = rows.base if rows.base is not None else base
 
     def tables(work: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         table = lumina_next_table(call.rotary.dim, call.dims[0], call.dims[1], base, linear, work)

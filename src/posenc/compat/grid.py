@@ -11,6 +11,7 @@ import torch
 
 from posenc.errors import PosencError, show
 from posenc.evaluate.libs.torch import compat_dtype, compat_out
+from posenc.spec.extrapolation import Reference
 
 
 @dataclass(frozen=True)
@@ -120,17 +121,46 @@ Free = Mapping[str, Collection[Any] | None]
 ("interleaved", "halves")}``; ``"block_axes"`` names the call's block order."""
 
 
-def check_form(call: GridCall, free: Free | None = None) -> None:
+def references(call: GridCall, takes: Collection[str] = ()) -> list[Reference]:
+    """Each block's rule past the trained size (``call.rotary.axes_scaling``) in its
+    references' own terms (:class:`~posenc.spec.extrapolation.Reference`: a base, a divisor,
+    pairs set), for a replay whose original code takes them (``takes``: ``"base"``,
+    ``"linear"``, ``"pairs"``); the error naming the grid axis and the rule where no
+    reference applies the rule within this original's arithmetic."""
+    rotary = call.rotary
+    widths = tuple(rotary.axes_dim or ())
+    if not rotary.axes_scaling:
+        return [Reference()] * len(widths)
+    bases = rotary.axes_base or (rotary.base,) * len(widths)
+    out = []
+    for b, (one, d, base) in enumerate(zip(rotary.axes_scaling, widths, bases, strict=True)):
+        make = None if one.is_default else one.rule.reference
+        ref = Reference() if one.is_default else make(one.p, d, float(base)) if make else None
+        if ref is None or not ref.forms <= set(takes):
+            offered = ", ".join(sorted(takes)) or "no rule"
+            raise PosencError(
+                f"`scaling[{call.blocks[b]}]` with `compat`: compat={call.compat!r} repeats "
+                f"{call.family}'s own arithmetic, where no reference applies rope_type "
+                f"{one.rope_type!r} (this replay takes: {offered}): drop `compat` for the "
+                "rule's exact tables"
+            )
+        out.append(ref)
+    return out
+
+
+def check_form(call: GridCall, free: Free | None = None, takes: Collection[str] = ()) -> None:
     """Refuse a call whose table is not its family's own form: every field of ``call.rotary`` in
     :data:`FORM` and the block order ``call.blocks`` must be those of the family's
     :class:`~posenc.spec.rotary.Rotary` built from its preset at the call's ``dim`` and
     ``base`` (and the call's free keywords), except the keywords in ``free``, which the
     family's replay takes from the call (within their values). Else a
     :class:`~posenc.errors.PosencError` naming the keyword: the replay would silently give the
-    family's table (or a wrong one) under another name."""
+    family's table (or a wrong one) under another name. A rule of one grid axis is refused
+    unless the replay applies its references' form of it (``takes``: :func:`references`)."""
     from posenc.spec.presets import get_rotary_preset
     from posenc.spec.rotary import rotary
 
+    references(call, takes)  # a rule past the trained size only where a reference applies it
     free = free or {}
     r, label = call.rotary, f"compat={call.compat!r} repeats {call.family}'s own tables"
     given = {**{k: getattr(r, k) for k in FORM}, "block_axes": tuple(call.blocks)}

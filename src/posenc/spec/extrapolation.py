@@ -7,6 +7,8 @@ and NTK-aware base scaling (diffusers' ``ntk_factor``, Cosmos' ``rope_scale``)."
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,62 @@ from posenc.errors import PosencError
 from posenc.spec.frequencies import paper
 
 Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A rule in its references' own terms, as their code applies it to one block of an
+    original's arithmetic (``compat=``): a new ``base`` (a Python double, raised to the
+    original's exponents), a divisor of the ladder (``linear``: diffusers' ``linear_factor``),
+    and ``pairs`` set to new frequencies (Python doubles assigned into the original's ladder:
+    RIFLEx). The default is the original's own table."""
+
+    base: float | None = None
+    linear: float = 1.0
+    pairs: Mapping[int, float] = field(default_factory=dict)
+
+    @property
+    def forms(self) -> frozenset[str]:
+        """What it changes: ``"base"``, ``"linear"``, ``"pairs"``."""
+        changed = (self.base is not None, self.linear != 1.0, bool(self.pairs))
+        return frozenset(
+            f for f, on in zip(("base", "linear", "pairs"), changed, strict=True) if on
+        )
+
+
+def ntk_reference(p: Params, d: int, base: float) -> Reference:
+    """Raw NTK as diffusers' ``ntk_factor``: ``theta * ntk_factor``."""
+    return Reference(base=base * p["factor"])
+
+
+def ntk_aware_reference(p: Params, d: int, base: float) -> Reference:
+    """NTK-aware as Cosmos' ``rope_scale``: ``base * s ** (d / (d - 2))`` in double."""
+    ntk_aware(p, d, base, None)  # refused as the exact rule refuses
+    return Reference(base=_aware_base(base, p["factor"], d))
+
+
+def linear_reference(p: Params, d: int, base: float) -> Reference:
+    """Position interpolation as diffusers' ``linear_factor``: the ladder divided by s."""
+    return Reference(linear=p["factor"])
+
+
+def riflex_reference(p: Params, d: int, base: float) -> Reference:
+    """RIFLEx as thu-ml's ``get_1d_rotary_pos_embed_riflex`` (and kijai's float64 copy): the
+    pair ``k - 1`` set to the double ``riflex_scale * 2 pi / length`` where the rule applies."""
+    plain = paper(d, base)
+    omega, _ = riflex(p, d, base, None)
+    changed = np.flatnonzero(omega != plain)
+    return Reference(pairs={int(j): p["riflex_scale"] * 2 * math.pi / p["length"] for j in changed})
+
+
+def lumina_time_reference(p: Params, d: int, base: float) -> Reference:
+    """Lumina-Next's pipeline: ``linear_factor`` s while Lumina's time is below the
+    watershed, ``ntk_factor`` s after; within the trained size, the table as it is."""
+    if p["factor"] <= 1:
+        return Reference()
+    if 1.0 - p["time"] < p["watershed"]:
+        return Reference(linear=p["factor"])
+    return Reference(base=base * p["factor"])
 
 
 def ntk(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:

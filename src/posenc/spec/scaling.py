@@ -19,14 +19,20 @@ import numpy as np
 
 from posenc.errors import PosencError, check_bool, check_choice, check_int, check_real, show
 from posenc.spec.extrapolation import (
+    Reference,
     dype,
     imax,
+    linear_reference,
     lumina_time,
+    lumina_time_reference,
     multi_inter,
     ntk,
     ntk_aware,
+    ntk_aware_reference,
+    ntk_reference,
     riflex,
     riflex_check,
+    riflex_reference,
     vision_yarn,
 )
 from posenc.spec.frequencies import paper
@@ -112,6 +118,10 @@ class Rule:
             name) or ``"vision"`` (a rule of image and video models past their trained size,
             applied to one axis of a grid: ``rope_grid(..., scaling=...)``; no float32 replay
             of transformers').
+        reference: ``(params, d, base) -> Reference``: the rule in its references' own terms
+            (:class:`~posenc.spec.extrapolation.Reference`: a base, a divisor, pairs set), which
+            a ``compat=`` replay applies within the original's arithmetic; None: no reference
+            code applies it that way (``compat=`` refuses it).
         from_grid: the keys a rule of one grid axis takes, when it has none, from the grid
             and the size the preset's family was trained at (:func:`sized`): ``length``
             (the axis's extent), ``repeats_at`` (where the family's videos repeat, when no
@@ -131,6 +141,7 @@ class Rule:
     switches_tables: bool = False
     unscaled: bool = False
     origin: str = "transformers"
+    reference: Callable[[Params, int, float], Reference] | None = None
     from_grid: tuple[str, ...] = ()
 
     @property
@@ -169,6 +180,7 @@ RULES: dict[str, Rule] = {
         lambda p, d, base, n: (paper(d, base) / p["factor"], 1.0),
         linear32,
         requires_factor=True,
+        reference=linear_reference,
     ),
     "dynamic": Rule(
         ("factor", "max_position_embeddings"),
@@ -209,8 +221,24 @@ RULES: dict[str, Rule] = {
         check=llama3_check,
     ),
     "proportional": Rule(("partial_rotary_factor",), {"factor": 1.0}, proportional, prop32),
-    "ntk": Rule(("factor",), {}, ntk, None, requires_factor=True, origin="vision"),
-    "ntk-aware": Rule(("factor",), {}, ntk_aware, None, requires_factor=True, origin="vision"),
+    "ntk": Rule(
+        ("factor",),
+        {},
+        ntk,
+        None,
+        requires_factor=True,
+        origin="vision",
+        reference=ntk_reference,
+    ),
+    "ntk-aware": Rule(
+        ("factor",),
+        {},
+        ntk_aware,
+        None,
+        requires_factor=True,
+        origin="vision",
+        reference=ntk_aware_reference,
+    ),
     "riflex": Rule(
         ("length",),
         {"k": None, "repeats_at": None, "riflex_scale": 0.9, "always": False},
@@ -218,6 +246,7 @@ RULES: dict[str, Rule] = {
         None,
         check=riflex_check,
         origin="vision",
+        reference=riflex_reference,
         from_grid=("length", "repeats_at"),
     ),
     "vision-yarn": Rule(
@@ -245,6 +274,7 @@ RULES: dict[str, Rule] = {
         None,
         requires_factor=True,
         origin="vision",
+        reference=lumina_time_reference,
     ),
     "imax": Rule(
         ("factor",), {"ntk_factor": 10.0}, imax, None, requires_factor=True, origin="vision"
