@@ -199,3 +199,88 @@ def test_id_families_carry_their_own_base_and_axes(tmp_path, name):
         for a, d in enumerate(axes)], strict=True)]  # fmt: skip
     float32 = max(float(np.abs(w.astype(np.float32).astype(np.float64) - w).max()) for w in want)
     assert record["float32_error"] == pytest.approx(float32, rel=0.1)  # float64, rounded once
+
+
+# ---------------------------------------------------------------------------------------------
+# posenc audit PATH --size WIDTHxHEIGHT [--frames N]: what each original computes at that size
+
+
+def _audit_at(folder: Path, cfg: dict, *size: str) -> dict:
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    proc = run("audit", str(folder), "--json", "--size", *size)
+    assert proc.returncode == 0, proc.stderr
+    (record,) = [r for r in encodings(json.loads(proc.stdout)) if "rotary" in r["encoding"]]
+    return record
+
+
+def test_wan_at_161_and_261_frames(tmp_path):
+    """Wan 720p at 161 frames (41 latent frames, inside the period 51 of its intrinsic pair:
+    no rule) and 261 (66: RIFLEx, the call given runs and lowers the pair); the figure is the
+    original's float32 error on that grid, measured against diffusers' own module there."""
+    from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+    cfg = _config("WanTransformer3DModel", {})
+    inside = _audit_at(tmp_path / "a", cfg, "1280x720", "--frames", "161")
+    assert "41 x 45 x 80 grid" in inside["positions"]
+    assert "within the period of its intrinsic pair (51)" in inside["note"]
+    past = _audit_at(tmp_path / "b", cfg, "1280x720", "--frames", "261")
+    assert "66 x 45 x 80 grid" in past["positions"]
+    call = past["note"].split("on axes [0]: ")[1]
+    assert call.startswith("posenc.rope_grid((66, 45, 80), 128, preset='wan'")
+    import posenc
+
+    cos, _ = eval(call, {"posenc": posenc})  # the call the audit prints
+    plain, _ = posenc.rope_grid((66, 45, 80), 128, preset="wan")
+    assert not np.array_equal(cos, plain)
+    module = WanRotaryPosEmbed(128, (1, 2, 2), 1024)(torch.zeros(1, 1, 66, 90, 160))
+    own = _against_float64(*module, (66, 45, 80), (44, 42, 42), 1e4)
+    assert own == pytest.approx(past["float32_error"], rel=0.1)
+
+
+def test_cosmos_past_its_128_rows(tmp_path):
+    """Cosmos at 4096 x 4096 (256 tokens a side): diffusers' module raises past its 128 rows;
+    the audit says the original cannot compute that grid, and names the rule that extends
+    the exact tables."""
+    from diffusers.models.transformers.transformer_cosmos import CosmosRotaryPosEmbed
+
+    with pytest.raises(RuntimeError):
+        CosmosRotaryPosEmbed(128)(torch.zeros(1, 1, 16, 512, 512))
+    record = _audit_at(tmp_path, _config("CosmosTransformer3DModel", {}), "4096x4096")
+    assert record["float32_error"] is None
+    assert "the original cannot compute this grid: it holds rows 0 … 127" in record["note"]
+    assert "'rope_type': 'vision-yarn'" in record["note"]
+
+
+def test_flux_bfloat16_ids_at_6144(tmp_path):
+    """FLUX at 6144 x 6144: the pipeline's bfloat16 ids collapse (384 rows, 321 positions,
+    counted here from diffusers' own id builder)."""
+    from diffusers import FluxPipeline
+
+    ids = FluxPipeline._prepare_latent_image_ids(1, 384, 384, "cpu", torch.bfloat16)
+    distinct = len(torch.unique(ids[:, 1].float()))
+    record = _audit_at(tmp_path, _config("FluxTransformer2DModel", {}), "6144x6144")
+    assert f"384 rows become {distinct} positions" in record["note"]
+    assert "h < 384, w < 384" in record["positions"]
+    assert "'original_max_position_embeddings': 64" in record["note"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--size", "4096"), ("--size", "WIDTHxHEIGHT", "'4096'")),
+        (("--size", "0x64"), ("--size", "positive", "'0x64'")),
+        (("--size", "64x64", "--frames", "0"), ("--frames", "positive", "0")),
+        (("--frames", "9"), ("--frames 9", "--size")),
+    ],
+)
+def test_size_arguments_are_checked(tmp_path, args, words):
+    (tmp_path / "config.json").write_text(json.dumps(_config("WanTransformer3DModel", {})))
+    assert_one_line_error(run("audit", str(tmp_path), *args), *words)
+
+
+def test_size_of_a_model_without_an_image_family_is_an_error(tmp_path):
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 256,
+           "num_attention_heads": 4, "num_hidden_layers": 2}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run("audit", str(tmp_path), "--size", "64x64"), "--size", "no image")

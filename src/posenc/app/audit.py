@@ -27,7 +27,7 @@ from posenc.app.audit_models import (
     transformers_findings,
 )
 from posenc.app.audit_patch import LEARNED_NOTE, PatchView, apply_view, as_read, patch_view
-from posenc.app.audit_vision import timm_vision_findings, vision_findings
+from posenc.app.audit_vision import Size, timm_vision_findings, vision_findings
 from posenc.errors import PosencError
 
 RECORD = (
@@ -128,10 +128,11 @@ def _what(cfg: dict[str, Any]) -> str:
 # --- the audit ---------------------------------------------------------------------------------
 
 
-def audit(path: Path) -> tuple[list[Finding], list[str], list[str]]:
+def audit(path: Path, size: Size | None = None) -> tuple[list[Finding], list[str], list[str]]:
     """The records of every encoding found under ``path``; the components in which none was
     (with why); and per component how it was read and what else ``posenc.torch.patch`` says
-    about its model (:mod:`posenc.app.audit_patch`). Nothing found at all is an error."""
+    about its model (:mod:`posenc.app.audit_patch`). Nothing found at all is an error. The
+    image and video families are measured at ``size`` when one is asked."""
     findings: list[Finding] = []
     skipped: list[str] = []
     notes: list[str] = []
@@ -146,7 +147,11 @@ def audit(path: Path) -> tuple[list[Finding], list[str], list[str]]:
         diffusers = "_class_name" in cfg or "_diffusers_version" in cfg
         read = _timm if is_timm(cfg) else _diffusers if diffusers else transformers_findings
         try:
-            found = read(as_read(cfg), component)
+            found = (
+                _diffusers(as_read(cfg), component, size)
+                if read is _diffusers
+                else read(as_read(cfg), component)
+            )
         except PosencError as err:
             skipped.append(f"{component} ({_what(cfg)}): {err}")
             continue
@@ -170,8 +175,8 @@ def audit(path: Path) -> tuple[list[Finding], list[str], list[str]]:
     return [_measure(f, missing) for f in findings], skipped, notes
 
 
-def _diffusers(cfg: dict[str, Any], component: str) -> list[Finding]:
-    return vision_findings(cfg, component) or diffusers_findings(cfg, component)
+def _diffusers(cfg: dict[str, Any], component: str, size: Size | None = None) -> list[Finding]:
+    return vision_findings(cfg, component, size) or diffusers_findings(cfg, component)
 
 
 def _timm(cfg: dict[str, Any], component: str) -> list[Finding]:
@@ -241,9 +246,14 @@ def render(path: Path, records: list[Finding], skipped: list[str], notes: list[s
     return "\n".join(lines)
 
 
-def run(path: Path, *, as_json: bool = False) -> int:
+def run(path: Path, *, as_json: bool = False, size: Size | None = None) -> int:
     """``posenc audit``: print the table (or the JSON records); 0, or a PosencError."""
-    records, skipped, notes = audit(path)
+    records, skipped, notes = audit(path, size)
+    if size is not None and not any(size.words() in r.positions for r in records):
+        raise PosencError(
+            f"--size: {str(path)!r} has no image or video rotary embedding posenc measures at a "
+            "size (the diffusers families of `posenc presets`)"
+        )
     if as_json:
         out: list[dict[str, Any]] = [{k: getattr(r, k) for k in RECORD} for r in records]
         out += [{**dict.fromkeys(RECORD), "note": s} for s in [*skipped, *notes]]

@@ -86,13 +86,16 @@ def rotary_figures(keywords: dict[str, Any], n: int) -> tuple[float, float]:
     return original, hazard
 
 
-def axial_figures(axes_dim: tuple[int, ...], theta: float, side: int) -> tuple[float, float]:
+def axial_figures(
+    axes_dim: tuple[int, ...], theta: float, side: int | tuple[int, int]
+) -> tuple[float, float]:
     """FLUX's axial rotary at ids ``(0, h, w)`` (``(0, h, w, 0)`` with four axes, ``(h, w)``
-    with two), ``h, w < side``: the error of diffusers' float32 table on CPU/CUDA (float64
-    arithmetic, rounded once) and of its float32 arithmetic on MPS/NPU (replayed in NumPy
-    float32)."""
-    h, w = np.meshgrid(np.arange(side), np.arange(side), indexing="ij")
-    ids = np.zeros((side * side, len(axes_dim)), dtype=np.int64)  # (0, h, w, 0 …), or (h, w)
+    with two), ``h, w < side`` (or ``h < rows, w < columns``): the error of diffusers' float32
+    table on CPU/CUDA (float64 arithmetic, rounded once) and of its float32 arithmetic on
+    MPS/NPU (replayed in NumPy float32)."""
+    rows, cols = (side, side) if isinstance(side, int) else side
+    h, w = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    ids = np.zeros((rows * cols, len(axes_dim)), dtype=np.int64)  # (0, h, w, 0 …), or (h, w)
     first = 1 if len(axes_dim) > 2 else 0
     ids[:, first], ids[:, first + 1] = h.ravel(), w.ravel()
     kw: dict[str, Any] = {"base": theta, "layout": "interleaved", "axes_dim": tuple(axes_dim)}
@@ -108,6 +111,26 @@ def axial_figures(axes_dim: tuple[int, ...], theta: float, side: int) -> tuple[f
         ms.append(np.repeat(np.sin(angles), 2, axis=1))
     mps = max(_err(np.concatenate(mc, axis=1), cos), _err(np.concatenate(ms, axis=1), sin))
     return rounded, mps
+
+
+def bf16_ids(axes_dim: tuple[int, ...], theta: float, side: int) -> str | None:
+    """What diffusers' FLUX pipeline does to ids of ``side`` rows built in bfloat16 (its
+    ``_prepare_latent_image_ids(…, dtype)``): how many positions stay distinct and the error
+    of the row block's table at them, or None below 257 rows (bfloat16 integers are exact)."""
+    if side <= 256:
+        return None
+    exact = np.arange(side, dtype=np.float64)
+    collapsed = bf16(exact.astype(np.float32)).astype(np.float64)
+    d = axes_dim[1] if len(axes_dim) > 2 else axes_dim[0]
+    omega = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    err = max(
+        _err(np.cos(np.outer(collapsed, omega)), np.cos(np.outer(exact, omega))),
+        _err(np.sin(np.outer(collapsed, omega)), np.sin(np.outer(exact, omega))),
+    )
+    return (
+        f"the pipeline's bfloat16 ids: {side} rows become {len(np.unique(collapsed))} "
+        f"positions, the tables {err:.2g} off (posenc takes integer ids)"
+    )
 
 
 # --- sinusoidal tables -------------------------------------------------------------------------

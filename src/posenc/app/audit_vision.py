@@ -13,6 +13,7 @@ float64 one, over every token of that grid; where the original keeps its tables 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,8 @@ import numpy as np
 from posenc.api.rope_grid import rope_grid
 from posenc.app import audit_figures as fig
 from posenc.app.audit_models import FLOW_T, FLOW_WORDS, PATCH, Finding, _call, timestep
-from posenc.spec.families import FAMILIES
+from posenc.errors import PosencError
+from posenc.spec.families import FAMILIES, trained_of
 from posenc.spec.families.base import Audit, TimmAudit
 
 PIPELINE = (
@@ -29,6 +31,21 @@ PIPELINE = (
 )
 FIXES = {"patch": PATCH, "pipeline": PIPELINE}
 """An :class:`~posenc.spec.families.base.Audit`'s ``fix``, in words."""
+
+
+@dataclass(frozen=True)
+class Size:
+    """The size ``posenc audit --size WIDTHxHEIGHT [--frames N]`` asks about: each image or
+    video family is measured on the grid of tokens of that size instead of its own."""
+
+    width: int
+    height: int
+    frames: int | None = None
+
+    def words(self) -> str:
+        frames = "" if self.frames is None else f", {self.frames} frames"
+        return f"{self.width} x {self.height} pixels{frames}, the size asked"
+
 
 VISION: dict[str, Audit] = {
     model: audit
@@ -52,14 +69,24 @@ TIMM: dict[str, TimmAudit] = {
 
 
 def axial(
-    component: str, axes_dim: tuple[int, ...], theta: float, side: int, audit: Audit
+    component: str,
+    axes_dim: tuple[int, ...],
+    theta: float,
+    side: int,
+    audit: Audit,
+    size: Size | None = None,
 ) -> Finding:
     """FLUX's ``FluxPosEmbed`` and its kind: axial rotary of ids, float64 on CPU/CUDA, float32
-    on MPS/NPU."""
+    on MPS/NPU; at a ``size``, its ids and what the pipeline's bfloat16 ids do there."""
+    rows, cols = (side, side) if size is None else audit.grid_at(size.width, size.height, None)
 
     def measure() -> tuple[float | None, float | None, str | None]:
-        a, mps = fig.axial_figures(axes_dim, theta, side)
-        return a, None, f"on MPS/NPU diffusers computes in float32: error {mps:.3g} there"
+        a, mps = fig.axial_figures(axes_dim, theta, (rows, cols))
+        notes = [f"on MPS/NPU diffusers computes in float32: error {mps:.3g} there"]
+        if size is not None:
+            notes += [n for n in (fig.bf16_ids(axes_dim, theta, max(rows, cols)),) if n]
+            notes += [n for n in (_beyond(audit, (1, rows, cols), sum(axes_dim)),) if n]
+        return a, None, "; ".join(notes)
 
     own = audit.preset.rotary
     extra: dict[str, Any] = {}
@@ -73,8 +100,8 @@ def axial(
         audit.where,
         f"axial rotary, axes {tuple(axes_dim)}, base {theta:g}",
         _call("posenc.rope", "ids", sum(axes_dim), preset=audit.preset.name, **extra),
-        side - 1,
-        f"ids (0, h, w) for h, w < {side} ({audit.grid_words})",
+        max(rows, cols) - 1,
+        f"ids (0, h, w) for h < {rows}, w < {cols} ({size.words() if size else audit.grid_words})",
         audit.original,
         "none needed on CPU/CUDA; on MPS/NPU: " + PATCH,
         note="computed per call: no bf16 buffer",
@@ -83,12 +110,14 @@ def axial(
     )
 
 
-def _ids_findings(cfg: dict[str, Any], component: str, name: str) -> list[Finding]:
+def _ids_findings(
+    cfg: dict[str, Any], component: str, name: str, size: Size | None = None
+) -> list[Finding]:
     audit = VISION.get(name) or VISION["FluxTransformer2DModel"]  # a FLUX config without a name
     own = audit.preset.rotary  # the config's values, else the family's defaults
     axes = tuple(int(a) for a in cfg.get("axes_dims_rope") or own["axes_dim"])
     theta = float(cfg.get("rope_theta") or own["base"])
-    out = [axial(component, axes, theta, audit.grid[0], audit)]
+    out = [axial(component, axes, theta, audit.grid[0], audit, size)]
     if name in ("FluxTransformer2DModel", ""):  # FLUX.1's own timestep embedding
         where = "time_text_embed.time_proj" + (
             " (and guidance)" if cfg.get("guidance_embeds") else ""
@@ -100,55 +129,110 @@ def _ids_findings(cfg: dict[str, Any], component: str, name: str) -> list[Findin
 # --- grids -------------------------------------------------------------------------------------
 
 
-def vision_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
+def vision_findings(cfg: dict[str, Any], component: str, size: Size | None = None) -> list[Finding]:
     """The rotary embedding of a diffusers image or video transformer config (FLUX's and its
     kind's, with FLUX.1's timestep embedding), or [] (CogVideoX without
-    ``use_rotary_positional_embeddings`` has none)."""
+    ``use_rotary_positional_embeddings`` has none); measured at ``size`` when one is asked."""
     name = str(cfg.get("_class_name", ""))
     family = VISION.get(name)
     if (family is not None and family.ids) or (not name and "axes_dims_rope" in cfg):
-        return _ids_findings(cfg, component, name)
+        return _ids_findings(cfg, component, name, size)
     if family is None:
         return []
     if name.startswith("CogVideoX") and not cfg.get("use_rotary_positional_embeddings"):
         return []
-    return [_finding(family, cfg, component)]
+    return [_finding(family, cfg, component, size)]
 
 
-def _finding(f: Audit, cfg: dict[str, Any], component: str) -> Finding:
+def _finding(f: Audit, cfg: dict[str, Any], component: str, size: Size | None = None) -> Finding:
     dim, kw, preset = f.dim(cfg), f.keywords(cfg), f.preset.name
-    shape = " x ".join(str(n) for n in f.grid)
+    grid = f.grid if size is None else f.grid_at(size.width, size.height, size.frames)
+    shape = " x ".join(str(n) for n in grid)
 
     def measure() -> tuple[float | None, float | None, str | None]:
-        exact = rope_grid(f.grid, dim, preset=preset, dtype=np.float64, **kw)
+        exact = rope_grid(grid, dim, preset=preset, dtype=np.float64, **kw)
+        reached: list[str] = []
 
         def error(tables: Any) -> float:
             return max(fig._err(t, e) for t, e in zip(tables, exact, strict=True))
 
-        def replayed(compat: str) -> float:  # the replay's float32 tables, as NumPy arrays
-            return error(rope_grid(f.grid, dim, preset=preset, compat=compat, **kw))
+        def replayed(compat: str) -> float | None:  # the replay's float32 tables, as NumPy
+            try:
+                return error(rope_grid(grid, dim, preset=preset, compat=compat, **kw))
+            except PosencError as err:  # a table the original does not hold
+                reached.append(f"the original cannot compute this grid: {_rows_of(err)}")
+                return None
 
         bf16 = None
         if f.buffers:  # what model.to(torch.bfloat16) leaves in the module's buffers
-            rounded = rope_grid(f.grid, dim, preset=preset, dtype=np.float32, **kw)
+            rounded = rope_grid(grid, dim, preset=preset, dtype=np.float32, **kw)
             bf16 = error([fig.bf16(r) for r in rounded])
-        notes = [f"{where}: {replayed(mode):.3g}" for mode, where in f.also]
-        note = None if not notes else "float32 error " + "; ".join(notes)
-        return replayed(f.compat), bf16, note
+        first = replayed(f.compat)
+        figures = [(where, replayed(mode)) for mode, where in f.also]
+        shown = [f"{where}: {e:.3g}" for where, e in figures if e is not None]
+        notes = ["float32 error " + "; ".join(shown)] if shown else []
+        notes += sorted(set(reached))
+        if size is not None:
+            notes += [n for n in (_beyond(f, grid, dim),) if n]
+        return first, bf16, "; ".join(notes) or None
 
     shown = {k: v for k, v in kw.items() if k != "axes_base"}
-    largest = max(f.grid) - 1 if f.largest is None else f.largest
+    largest = max(grid) - 1 if f.largest is None or size is not None else f.largest
     return Finding(
         component,
         f.where,
         f"axial rotary {preset}, d={dim}",
-        _call_grid(f.grid, dim, preset, shown),
+        _call_grid(grid, dim, preset, shown),
         largest,
-        f"every token of the {shape} grid ({f.grid_words})",
+        f"every token of the {shape} grid ({size.words() if size else f.grid_words})",
         f.original,
         FIXES[f.fix],
         note=None if f.buffers else "computed per call: no bf16 buffer",
         measure=measure,
+    )
+
+
+def _rows_of(err: PosencError) -> str:
+    """The rows an original keeps, from the refusal of its replay (``… (… rows …)``)."""
+    found = re.search(r"table of rows (.*?) on axis (\d+) \((.*)\); this grid", str(err))
+    if found is None:
+        return str(err)
+    return f"it holds rows {found.group(1)} on axis {found.group(2)} ({found.group(3)})"
+
+
+def _beyond(f: Audit, grid: tuple[int, ...], dim: int) -> str | None:
+    """Past the size the family was trained at: which axes, and the call of the rule that
+    extends them (RIFLEx on a video's frames, vision YaRN on the rows and columns; DyPE is
+    vision YaRN that follows the diffusion time)."""
+    trained = trained_of(f.preset)
+    if trained is None or len(trained.grid) != len(grid):
+        return None
+    past = [a for a, (n, t) in enumerate(zip(grid, trained.grid, strict=True)) if t and n > t]
+    video = trained.repeats_at is not None
+    within = ""
+    if video and 0 in past and trained.repeats_at is not None and grid[0] <= trained.repeats_at:
+        past.remove(0)  # RIFLEx acts only past its pair's period
+        within = (
+            f"the {grid[0]} latent frames stay within the period of its intrinsic pair "
+            f"({trained.repeats_at}): no rule on the frames"
+        )
+    if not past:
+        return within or None
+    rules: list[dict[str, Any] | None] = [None] * len(grid)
+    for a in past:
+        rule: dict[str, Any] = {"rope_type": "riflex" if video and a == 0 else "vision-yarn"}
+        if f.ids:  # posenc.rope of ids has no grid to read them from
+            length = trained.grid[a] or 1
+            rule.update(factor=grid[a] / length, original_max_position_embeddings=length)
+        rules[a] = rule
+    trained_words = " x ".join("-" if t is None else str(t) for t in trained.grid)
+    if f.ids:
+        call = _call("posenc.rope", "ids", dim, preset=f.preset.name, scaling=tuple(rules))
+    else:
+        call = _call("posenc.rope_grid", grid, dim, preset=f.preset.name, scaling=tuple(rules))
+    dype = "" if video else " (or 'dype' with time=t, per step)"
+    return "; ".join(
+        w for w in (within, f"past the trained {trained_words} on axes {past}: {call}{dype}") if w
     )
 
 

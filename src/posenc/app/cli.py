@@ -208,6 +208,19 @@ def parser() -> argparse.ArgumentParser:
     aud.add_argument(
         "--json", action="store_true", help="a JSON list of records (default: a table)"
     )
+    aud.add_argument(
+        "--size",
+        metavar="WIDTHxHEIGHT",
+        help="measure the image and video families at this size in pixels (e.g. 4096x4096): "
+        "what the original computes there, and the rule that extends it past its trained size "
+        "(default: each family at the size it is run at)",
+    )
+    aud.add_argument(
+        "--frames",
+        type=int,
+        metavar="N",
+        help="with --size: the video's frames, e.g. 261 (default: the family's own)",
+    )
     aud.set_defaults(run=cmd_audit)
     return top
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import math
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -338,7 +339,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise PosencError(
             "PATH must name a model folder, a pipeline folder or a config.json, got ''"
         )
-    return run(Path(args.path), as_json=args.json)
+    return run(Path(args.path), as_json=args.json, size=_size(args.size, args.frames))
+
+
+def _size(size: str | None, frames: int | None) -> Any:
+    """``--size WIDTHxHEIGHT`` and ``--frames N``, checked: positive integers."""
+    from posenc.app.audit_vision import Size
+
+    if size is None:
+        if frames is not None:
+            raise PosencError(f"--frames {frames} needs --size WIDTHxHEIGHT (the frames' size)")
+        return None
+    found = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", size)
+    if found is None or min(int(found.group(1)), int(found.group(2))) <= 0:
+        raise PosencError(
+            f"--size must be WIDTHxHEIGHT in pixels, two positive integers (e.g. 4096x4096), "
+            f"got {size!r}"
+        )
+    if frames is not None and frames <= 0:
+        raise PosencError(f"--frames must be a positive number of frames, got {frames}")
+    return Size(int(found.group(1)), int(found.group(2)), frames)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -70,6 +70,10 @@ class Audit:
         largest: the largest position, when not the grid's last index.
         ids: the tables are a FLUX-style ``rope`` of ``[N, k]`` ids, not a grid (``grid`` is
             the side of the square image measured).
+        pixels: pixels per token a side (the VAE's compression times the patch), and
+            ``frames``: video frames per latent frame (``(F - 1) // frames + 1``; 0: the grid's
+            first axis is not frames and stays): how ``posenc audit --size`` finds the grid
+            of a size.
     """
 
     models: tuple[str, ...]
@@ -86,6 +90,20 @@ class Audit:
     fix: str = "patch"
     largest: float | None = None
     ids: bool = False
+    pixels: int = 16
+    frames: int = 4
+
+    def grid_at(self, width: int, height: int, frames: int | None) -> tuple[int, ...]:
+        """The grid of tokens of an image (or video of ``frames`` frames) of ``width`` x
+        ``height`` pixels: the rows and columns at ``pixels`` a token, the frames at
+        ``frames`` a latent frame (the audit's own when not given)."""
+        spatial = (height // self.pixels, width // self.pixels)
+        if len(self.grid) == 2 or self.ids:
+            return spatial
+        first = self.grid[0]
+        if self.frames and frames is not None:
+            first = (frames - 1) // self.frames + 1
+        return (first, *spatial)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,7 @@ FAMILY = Family(
             (16, 44, 80),
             "704 x 1280, 121 frames at 30 fps",
             "diffusers CosmosRotaryPosEmbed: float32 angles per call",
+            frames=8,
             keywords=_keywords,
         ),
     ),

@@ -78,6 +78,7 @@ FAMILY = Family(
             (64, 64),
             "2048 x 2048 pixels",
             "diffusers HunyuanImageRotaryPosEmbed: float32 angles per call",
+            pixels=32,
             keywords=axes("rope_axes_dim", (64, 64), 256.0),
             dim=width("rope_axes_dim", (64, 64)),
         ),

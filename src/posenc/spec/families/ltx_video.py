@@ -51,6 +51,8 @@ FAMILY = Family(
             "704 x 1280, 121 frames at 25 fps",
             "diffusers LTXVideoRotaryPosEmbed: float32, "
             "its largest angles (pi / 2 * 10000 rad) at the coordinate 0",
+            pixels=32,
+            frames=8,
             dim=lambda cfg: (
                 int(cfg.get("num_attention_heads") or 32)
                 * int(cfg.get("attention_head_dim") or 128)

@@ -103,6 +103,7 @@ FAMILY = Family(
             (1, 64, 64),
             "1024 x 1024 pixels after a 256-token caption",
             "diffusers Lumina2RotaryPosEmbed: complex128 tables (complex64 on a host with MPS)",
+            frames=0,
             keywords=lambda cfg: {
                 **axes("axes_dim_rope", (32, 32, 32))(cfg),
                 "start": (256.0, 0.0, 0.0),
@@ -118,6 +119,7 @@ FAMILY = Family(
             (1, 64, 64),
             "1024 x 1024 pixels after a 256-token caption",
             "diffusers RopeEmbedder: float64 angles rounded to float32, then cos and sin",
+            frames=0,
             keywords=lambda cfg: {
                 **axes("axes_dims", (32, 48, 48), 256.0)(cfg),
                 "start": (257.0, 0.0, 0.0),

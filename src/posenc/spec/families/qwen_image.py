@@ -52,6 +52,7 @@ FAMILY = Family(
             (1, 83, 83),
             "1328 x 1328 pixels",
             "diffusers QwenEmbedRope: complex64 tables of float32 angles",
+            frames=0,
             keywords=lambda cfg: {
                 "axes_dim": axes("axes_dims_rope", (16, 56, 56))(cfg)["axes_dim"]
             },
