@@ -24,6 +24,7 @@ from posenc.errors import MAX_POSITION, PosencError, check_choice, check_int, ch
 from posenc.evaluate.libs import is_torch
 from posenc.evaluate.positions import Progression, grid_shape
 from posenc.spec.families import trained_of
+from posenc.spec.ladders import SPACINGS
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.rotary import Rotary, rotary, with_axes_scaling
 from posenc.spec.scaling import sized, timed
@@ -255,7 +256,7 @@ def rope_grid(
         axes_base=axes_base,
         blocks=blocks,
     )
-    if r.sections is not None or (r.axes_dim is None and r.spacing != "ltx"):
+    if r.sections is not None or (r.axes_dim is None and not SPACINGS[r.spacing].shared):
         raise PosencError(
             "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "
             "(wan, hunyuan-video, cogvideox, hunyuan-dit, flux, qwen2-vl-vision, pixtral, …)"

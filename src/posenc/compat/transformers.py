@@ -24,6 +24,7 @@ from posenc.errors import PosencError, check_int, check_real, show
 from posenc.evaluate.libs.torch import compat_dtype, compat_in, compat_out
 from posenc.evaluate.positions import Positions
 from posenc.spec import scaling as _scaling
+from posenc.spec.ladders import SPACINGS
 from posenc.spec.rotary import Rotary, layout_columns, section_axes
 
 Casts = tuple[Any, ...]
@@ -67,7 +68,7 @@ def rope(
     sections last (as :func:`posenc.rope` passes them); ``casts``: as :func:`inv_freq`.
     ``inv_freq``: ``(freq, factor)`` kept from :func:`inv_freq` for this ``seq_len`` and
     ``casts``, on the positions' device, used instead of recomputing them."""
-    if rotary.axes_dim is not None or rotary.spacing != "lang":
+    if rotary.axes_dim is not None or not SPACINGS[rotary.spacing].takes_rules:
         raise PosencError(
             "`compat='transformers'` has no axial rule: axial RoPE (FLUX, the image and video "
             "families) is not transformers' language models'; posenc.rope_grid(..., compat=…) "

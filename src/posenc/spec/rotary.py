@@ -27,14 +27,12 @@ from posenc.errors import (
     check_real,
     show,
 )
-from posenc.spec.frequencies import pixel_bands
+from posenc.spec.ladders import SPACINGS
 from posenc.spec.layout import PLANS, Plan
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.scaling import Rule, Scaling, parse_scaling
 
 RopeLayout = Literal["halves", "interleaved", "compact", "block-halves"]
-PIXEL = ("pixel", "pixel-linear")
-"""The spacings of timm's pixel bands (log, linear): ``base`` is the maximum resolution."""
 
 
 LAYOUTS: dict[str, Callable[[int], list[int]]] = {
@@ -81,7 +79,8 @@ class Rotary:
         axes_base: with ``axes_dim``, each block's own base in place of ``base`` (Cosmos's
             per-axis NTK bases); with a pixel ``spacing``, each block's own maximum resolution
             (the ``base`` of its pixel bands).
-        spacing: ``"lang"`` (the ladders above) or ``"ltx"``: LTX-Video's one ladder of ``n =
+        spacing: an entry of :data:`posenc.spec.ladders.SPACINGS`: ``"lang"`` (the ladders
+            above) or ``"ltx"``: LTX-Video's one ladder of ``n =
             dim // (2 a)`` frequencies ``(pi / 2) * base ** (k / (n - 1))``, each read by the
             ``a = ladder_axes`` position axes in turn (``(t, h, w)`` per frequency; LTX-2's
             audio: one axis), after ``dim % (2 a)`` channels that do not rotate (frequency
@@ -124,8 +123,9 @@ class Rotary:
 
     @property
     def ndim(self) -> int:
-        """Position axes: 1, ``len(sections)``, ``len(axes_dim)``, or ``ladder_axes`` (``ltx``)."""
-        if self.spacing == "ltx":
+        """Position axes: 1, ``len(sections)``, ``len(axes_dim)``, or ``ladder_axes`` (a
+        shared ladder: ``ltx``)."""
+        if SPACINGS[self.spacing].shared:
             return self.ladder_axes
         return len(self.sections or self.axes_dim or (0,))
 
@@ -148,11 +148,11 @@ def _plan(rotary: Rotary, seq_len: int | None, label: str) -> Plan:
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (omega, axis) per channel block
     factor = 1.0
     axis_factors: tuple[float, ...] | None = None
-    if rotary.spacing == "ltx":  # one ladder, each frequency read by t, h, w in turn
+    spacing = SPACINGS[rotary.spacing]
+    if spacing.shared and spacing.ladder is not None:  # one ladder, read by t, h, w in turn
         a = rotary.ladder_axes
         n, still = rotary.dim // (2 * a), (rotary.dim % (2 * a)) // 2
-        u = np.arange(n, dtype=np.float64) / max(n - 1, 1)
-        ladder = (np.pi / 2) * rotary.base**u
+        ladder = spacing.ladder(n, rotary.base)
         blocks.append((np.zeros(still), np.zeros(still, dtype=np.int64)))
         blocks.append((np.repeat(ladder, a), np.tile(np.arange(a), n)))
     elif rotary.axes_dim is not None:
@@ -161,8 +161,8 @@ def _plan(rotary: Rotary, seq_len: int | None, label: str) -> Plan:
         rules = rotary.axes_scaling or (rotary.scaling,) * len(rotary.axes_dim)
         factors = [1.0] * len(rotary.axes_dim)
         for k, (dk, scale, base) in enumerate(zip(rotary.axes_dim, scales, bases, strict=True)):
-            if rotary.spacing in PIXEL:  # timm's pixel bands: no scaling rule (checked)
-                omega = pixel_bands(dk // 2, base, linear=rotary.spacing == "pixel-linear")
+            if spacing.ladder is not None:  # the spacing's own (pixel bands): no rule (checked)
+                omega = spacing.ladder(dk // 2, base)
             else:
                 omega, factors[k] = rules[k].frequencies(dk, base, seq_len)
             blocks.append((omega * scale, np.full(len(omega), k)))
@@ -266,7 +266,7 @@ def rotary(
 def with_axes_scaling(rotary: Rotary, scaling: Any, order: Any = None) -> Rotary:
     """``r`` with one scaling rule (a dict, or None: unscaled) per block of ``axes_dim``;
     ``order``: the block of each entry (default: entry ``a`` is block ``a``)."""
-    if rotary.axes_dim is None or rotary.spacing != "lang":
+    if rotary.axes_dim is None or not SPACINGS[rotary.spacing].takes_rules:
         raise PosencError(
             "`scaling` as one rule per axis needs one block per axis (`axes_dim` or an axial "
             f"preset), got {show(scaling)}"
@@ -371,21 +371,22 @@ def _rotary(
             )
     axes_scale = _per_block("axes_scale", "factors", axes_scale, axes_dim, 1.0)
     axes_base = _per_block("axes_base", "bases", axes_base, axes_dim, base)
-    spacing = check_choice("spacing", spacing, ("lang", "ltx", *PIXEL))
-    if spacing in PIXEL and (axes_dim is None or not s.is_default):
+    spacing = check_choice("spacing", spacing, tuple(SPACINGS))
+    how = SPACINGS[spacing]
+    if how.blockwise and (axes_dim is None or not s.is_default):
         raise PosencError(
-            f"`spacing={spacing!r}` (timm's pixel bands) is a ladder per block: it needs "
+            f"`spacing={spacing!r}` ({how.summary}) is a ladder per block: it needs "
             "`axes_dim` and takes no `sections` or `scaling`"
         )
-    if spacing == "ltx" and (sections is not None or axes_dim is not None or not s.is_default):
+    if how.shared and (sections is not None or axes_dim is not None or not s.is_default):
         raise PosencError(
-            "`spacing='ltx'` is one ladder read by every axis: it takes no `sections`, "
-            "`axes_dim` or `scaling`"
+            f"`spacing={spacing!r}` is {how.summary}: it takes no `sections`, `axes_dim` or "
+            "`scaling`"
         )
     ladder_axes = check_int("ladder_axes", ladder_axes, minimum=1, maximum=MAX_AXES)
-    if spacing == "ltx" and dim < 2 * ladder_axes:
+    if how.shared and dim < 2 * ladder_axes:
         raise PosencError(
-            f"`spacing='ltx'` needs `dim` >= {2 * ladder_axes} (dim // {2 * ladder_axes} "
+            f"`spacing={spacing!r}` needs `dim` >= {2 * ladder_axes} (dim // {2 * ladder_axes} "
             f"frequencies), got {dim}"
         )
     blocks = _blocks(blocks, layout, dim, blocks_of)

@@ -21,6 +21,7 @@ from posenc import evaluate
 from posenc.api.rope_grid import block_axes_of, grid_axes_rule, per_axis, rope_grid
 from posenc.errors import PosencError, check_int
 from posenc.evaluate.positions import grid_shape
+from posenc.spec.ladders import SPACINGS
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.rotary import rotary
 from posenc.torch._base import _Tracked
@@ -88,7 +89,7 @@ class AxialRotaryEmbedding(_Tracked):
             axes_base=axes_base,
             blocks=blocks,
         )
-        if r.spacing == "ltx" or r.interleave_axes:
+        if SPACINGS[r.spacing].shared or r.interleave_axes:
             raise PosencError(
                 "`AxialRotaryEmbedding` keeps rows per block of channels; this family's axes "
                 "take turns per frequency (LTX-Video's one ladder, Lumina-Next's interleaved "

@@ -26,6 +26,7 @@ from posenc.errors import PosencError, check_bool, check_int
 from posenc.evaluate.libs import as_positions, tracing
 from posenc.evaluate.libs.torch_rotation import rotate
 from posenc.evaluate.positions import Positions
+from posenc.spec.ladders import SPACINGS
 from posenc.spec.layout import Plan
 from posenc.spec.rotary import Rotary, rotary
 from posenc.torch._base import _traceable, _Tracked
@@ -109,7 +110,7 @@ class RotaryEmbedding(_Tracked):
             interleave_sections=interleave_sections,
             axes_dim=axes_dim,
         )
-        if r.spacing != "lang":
+        if not SPACINGS[r.spacing].takes_rules:
             raise PosencError(
                 f"`RotaryEmbedding` rotates by sequence or axial positions; spacing "
                 f"{r.spacing!r} (LTX-Video) is read by three axes at once: use "
