@@ -284,3 +284,34 @@ def test_size_of_a_model_without_an_image_family_is_an_error(tmp_path):
            "num_attention_heads": 4, "num_hidden_layers": 2}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert_one_line_error(run("audit", str(tmp_path), "--size", "64x64"), "--size", "no image")
+
+
+@pytest.mark.parametrize(
+    ("name", "size", "words"),
+    [
+        # 197 frames: 50 latent frames, the period of HunyuanVideo's pair 4 (it repeats at 48)
+        ("HunyuanVideoTransformer3DModel", ("1280x720", "--frames", "197"),
+         ("within the period of its intrinsic pair (50 latent frames)",)),
+        # Kandinsky 5's pipeline divides rows and columns by 3.16 past 854 px
+        ("Kandinsky5Transformer3DModel", ("1024x1024",), ("axes_scale=(1.0, 0.316",)),
+        # HunyuanDiT resizes a 48 x 64 grid into its 32 x 32 base: rows 4 … 28
+        ("HunyuanDiT2DModel", ("1024x768",), ("crop=((4, 0), (28, 32))",)),
+    ],
+)  # fmt: skip
+def test_a_size_takes_the_pipelines_own_positions(tmp_path, name, size, words):
+    record = _audit_at(tmp_path, _config(name, FAMILIES[name][2]), *size)
+    text = record["equivalent"] + " " + (record["note"] or "")
+    for word in words:
+        assert word in text, text
+
+
+def test_the_largest_position_at_a_size_is_the_familys(tmp_path):
+    """Lumina-Image-2.0's image patches sit after the caption: at 1024 x 1024 the largest
+    position is the caption's 256, not the grid's 63."""
+    record = _audit_at(tmp_path, _config("Lumina2Transformer2DModel", {}), "1024x1024")
+    assert record["max_position"] == 256
+
+
+def test_a_size_below_one_token_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(_config("WanTransformer3DModel", {})))
+    assert_one_line_error(run("audit", str(tmp_path), "--size", "8x8"), "--size 8x8", "16 pixels")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import pathlib
 
 import numpy as np
@@ -18,6 +19,18 @@ from posenc.spec.families.base import Audit, Classes, TimmAudit
 from posenc.spec.presets import ROTARY_PRESETS
 
 SOURCE = pathlib.Path(posenc.__file__).parent
+IMPORTED = {"torch"} if importlib.util.find_spec("torch") else set()
+
+
+def _small(preset):
+    """A small grid of the preset's axes that its original's positions reach."""
+    from posenc.spec.rotary import rotary
+
+    k = rotary(preset.dim, preset=preset.name).ndim
+    square = {"llama4-vision"}  # its table is the square image_size / patch_size grid
+    return (3,) * k if preset.name in square else (2, 3, 4)[-k:] if k <= 3 else (2,) * k
+
+
 RECORDS = sorted(FAMILIES)
 
 
@@ -31,9 +44,12 @@ def test_a_record_is_what_the_views_read(name):
     for p in record.presets:
         assert posenc.preset(p.name) is p
         assert family_of(p.name) is record
-        for target in p.replays.values():
+        for mode, target in p.replays.items():
             module, function = target.split(":")
             assert callable(getattr(importlib.import_module(module), function)), target
+            if "torch" in IMPORTED:  # the replay runs, on a small grid of the family's form
+                cos, _ = posenc.rope_grid(_small(p), p.dim, preset=p.name, compat=mode)
+                assert cos.shape[-1] in (p.dim, p.dim // 2), (p.name, mode)
     assert record.audits or record.unaudited, f"{name}: no audit entry and no reason"
     for audit in record.audits:
         assert audit.preset in record.presets
@@ -61,6 +77,12 @@ def test_a_preset_or_a_class_in_two_records_is_refused():
     twice = Family("Copy", FAMILIES["cosmos"].presets[:0], classes=(Classes("diffusers", "X"),))
     with pytest.raises(PosencError, match="diffusers's X is in two family records: a, b"):
         check({"a": twice, "b": twice})
+
+
+def test_a_model_audited_by_two_records_is_refused():
+    wan = FAMILIES["wan"]
+    with pytest.raises(PosencError, match="WanTransformer3DModel is audited by two family"):
+        check({"a": wan, "b": Family("Copy", (), audits=wan.audits)})
 
 
 def test_patch_indexes_each_class_group_to_one_recogniser():

@@ -551,3 +551,14 @@ def test_rope_of_ids_has_no_grid_to_read_the_length_from():
         posenc.rope(
             ids, 128, preset="hunyuan-video", scaling=({"rope_type": "riflex", "k": 4}, None, None)
         )
+
+
+def test_an_empty_axis_with_a_rule_is_an_empty_table():
+    """A rule's defaults on a grid with an empty axis: nothing to refuse, no row to compute."""
+    yarn = {"rope_type": "vision-yarn"}
+    cos, sin = posenc.rope_grid((1, 0, 64), 128, preset="flux", scaling=(None, yarn, yarn))
+    assert cos.shape == sin.shape == (0, 128)
+    cos, _ = posenc.rope_grid(
+        (0, 4, 4), 128, preset="wan", scaling=({"rope_type": "riflex"}, None, None)
+    )
+    assert cos.shape == (0, 128)

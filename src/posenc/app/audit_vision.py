@@ -22,8 +22,11 @@ from posenc.api.rope_grid import rope_grid
 from posenc.app import audit_figures as fig
 from posenc.app.audit_models import FLOW_T, FLOW_WORDS, PATCH, Finding, _call, timestep
 from posenc.errors import PosencError
+from posenc.spec.extrapolation import intrinsic_pair, riflex_period
 from posenc.spec.families import FAMILIES, trained_of
 from posenc.spec.families.base import Audit, TimmAudit
+from posenc.spec.frequencies import paper
+from posenc.spec.rotary import rotary
 
 PIPELINE = (
     "the pipeline computes the tables: pass posenc's (the posenc call above, float32) as "
@@ -42,8 +45,10 @@ class Size:
     height: int
     frames: int | None = None
 
-    def words(self) -> str:
-        frames = "" if self.frames is None else f", {self.frames} frames"
+    def words(self, axes: int = 3) -> str:
+        """The size in words, its frames only for a grid that has them."""
+        many = "" if self.frames == 1 else "s"
+        frames = "" if self.frames is None or axes < 3 else f", {self.frames} frame{many}"
         return f"{self.width} x {self.height} pixels{frames}, the size asked"
 
 
@@ -147,6 +152,8 @@ def vision_findings(cfg: dict[str, Any], component: str, size: Size | None = Non
 def _finding(f: Audit, cfg: dict[str, Any], component: str, size: Size | None = None) -> Finding:
     dim, kw, preset = f.dim(cfg), f.keywords(cfg), f.preset.name
     grid = f.grid if size is None else f.grid_at(size.width, size.height, size.frames)
+    if size is not None and f.at_size is not None:  # the pipeline's positions at that size
+        kw = {**kw, **f.at_size(cfg, grid[-2], grid[-1])}
     shape = " x ".join(str(n) for n in grid)
 
     def measure() -> tuple[float | None, float | None, str | None]:
@@ -159,7 +166,9 @@ def _finding(f: Audit, cfg: dict[str, Any], component: str, size: Size | None = 
         def replayed(compat: str) -> float | None:  # the replay's float32 tables, as NumPy
             try:
                 return error(rope_grid(grid, dim, preset=preset, compat=compat, **kw))
-            except PosencError as err:  # a table the original does not hold
+            except PosencError as err:
+                if NOT_HELD not in str(err):
+                    raise  # not measured: the audit says why
                 reached.append(f"the original cannot compute this grid: {_rows_of(err)}")
                 return None
 
@@ -173,23 +182,57 @@ def _finding(f: Audit, cfg: dict[str, Any], component: str, size: Size | None = 
         notes = ["float32 error " + "; ".join(shown)] if shown else []
         notes += sorted(set(reached))
         if size is not None:
-            notes += [n for n in (_beyond(f, grid, dim),) if n]
+            notes += [n for n in (_beyond(f, grid, dim, kw),) if n]
         return first, bf16, "; ".join(notes) or None
 
     shown = {k: v for k, v in kw.items() if k != "axes_base"}
-    largest = max(grid) - 1 if f.largest is None or size is not None else f.largest
     return Finding(
         component,
         f.where,
         f"axial rotary {preset}, d={dim}",
         _call_grid(grid, dim, preset, shown),
-        largest,
-        f"every token of the {shape} grid ({size.words() if size else f.grid_words})",
+        _largest(f, grid, kw, dim) if size is not None else _own_largest(f),
+        f"every token of the {shape} grid ({size.words(len(grid)) if size else f.grid_words})",
         f.original,
         FIXES[f.fix],
         note=None if f.buffers else "computed per call: no bf16 buffer",
         measure=measure,
     )
+
+
+NOT_HELD = "which the original does not hold"
+"""How a replay refuses a grid past the rows its original keeps
+(:func:`posenc.compat.grid.check_rows`)."""
+
+
+def _own_largest(f: Audit) -> float:
+    return max(f.grid) - 1 if f.largest is None else f.largest
+
+
+def _largest(f: Audit, grid: tuple[int, ...], kw: dict[str, Any], dim: int) -> float:
+    """The largest position of the grid measured at a size, as its angles read it: the
+    family's coordinates (the call's ``start``, ``step`` or ``crop``, else the preset's own),
+    times each axis's factor (Kandinsky's rows and columns at 1 / scale_factor)."""
+    k = len(grid)
+    if "crop" in kw:
+        (top, left), (bottom, right) = kw["crop"]
+        starts = [0.0] * (k - 2) + [float(top), float(left)]
+        steps = [1.0] * (k - 2) + [(bottom - top) / grid[-2], (right - left) / grid[-1]]
+    elif f.preset.positions is not None and "start" not in kw and "step" not in kw:
+        starts, steps = f.preset.positions(grid)
+    else:
+        starts, steps = [0.0] * k, [1.0] * k
+        for key, values in (("start", starts), ("step", steps)):
+            given = kw.get(key)
+            if given is not None:
+                values[:] = list(given) if isinstance(given, list | tuple) else [given] * k
+    shape = rotary(dim, preset=f.preset.name, **{k: v for k, v in kw.items() if k in ROTARY})
+    scales = shape.axes_scale or (1.0,) * k
+    ends = [
+        max(abs(s0), abs(s0 + st * (n - 1))) * abs(c)
+        for s0, st, n, c in zip(starts, steps, grid, scales, strict=True)
+    ]
+    return float(max(ends))
 
 
 def _rows_of(err: PosencError) -> str:
@@ -200,40 +243,69 @@ def _rows_of(err: PosencError) -> str:
     return f"it holds rows {found.group(1)} on axis {found.group(2)} ({found.group(3)})"
 
 
-def _beyond(f: Audit, grid: tuple[int, ...], dim: int) -> str | None:
+def _beyond(
+    f: Audit, grid: tuple[int, ...], dim: int, kw: dict[str, Any] | None = None
+) -> str | None:
     """Past the size the family was trained at: which axes, and the call of the rule that
-    extends them (RIFLEx on a video's frames, vision YaRN on the rows and columns; DyPE is
-    vision YaRN that follows the diffusion time)."""
+    extends them as the family's references do (its record's ``extend``; by default RIFLEx on
+    a video's frames once they pass its intrinsic pair's period, vision YaRN on the rows and
+    columns, DyPE being vision YaRN that follows the diffusion time), with the call's own
+    keywords."""
     trained = trained_of(f.preset)
     if trained is None or len(trained.grid) != len(grid):
         return None
+    kw = {k: v for k, v in (kw or {}).items() if k != "axes_base"}
     past = [a for a, (n, t) in enumerate(zip(grid, trained.grid, strict=True)) if t and n > t]
     video = trained.repeats_at is not None
     within = ""
-    if video and 0 in past and trained.repeats_at is not None and grid[0] <= trained.repeats_at:
-        past.remove(0)  # RIFLEx acts only past its pair's period
-        within = (
-            f"the {grid[0]} latent frames stay within the period of its intrinsic pair "
-            f"({trained.repeats_at}): no rule on the frames"
-        )
+    if video and 0 in past:
+        period = _intrinsic_period(f, dim, kw, trained.repeats_at or 0)
+        if grid[0] <= period:
+            past.remove(0)  # RIFLEx acts only past its pair's period
+            within = (
+                f"the {grid[0]} latent frames stay within the period of its intrinsic pair "
+                f"({period} latent frames): no rule on the frames"
+            )
     if not past:
         return within or None
+    kinds = trained.extend or tuple(
+        "riflex" if video and a == 0 else "vision-yarn" for a in range(len(grid))
+    )
     rules: list[dict[str, Any] | None] = [None] * len(grid)
     for a in past:
-        rule: dict[str, Any] = {"rope_type": "riflex" if video and a == 0 else "vision-yarn"}
-        if f.ids:  # posenc.rope of ids has no grid to read them from
-            length = trained.grid[a] or 1
-            rule.update(factor=grid[a] / length, original_max_position_embeddings=length)
+        rule: dict[str, Any] = {"rope_type": kinds[a]}
+        length = trained.grid[a] or 1
+        if f.ids or kinds[a] not in ("riflex", "vision-yarn", "dype"):  # no grid defaults
+            rule["factor"] = grid[a] / length
+            if kinds[a] in ("vision-yarn", "dype"):
+                rule["original_max_position_embeddings"] = length
         rules[a] = rule
     trained_words = " x ".join("-" if t is None else str(t) for t in trained.grid)
     if f.ids:
-        call = _call("posenc.rope", "ids", dim, preset=f.preset.name, scaling=tuple(rules))
+        call = _call("posenc.rope", "ids", dim, preset=f.preset.name, scaling=tuple(rules), **kw)
     else:
-        call = _call("posenc.rope_grid", grid, dim, preset=f.preset.name, scaling=tuple(rules))
-    dype = "" if video else " (or 'dype' with time=t, per step)"
+        call = _call(
+            "posenc.rope_grid", grid, dim, preset=f.preset.name, scaling=tuple(rules), **kw
+        )
+    yarn = any(kinds[a] == "vision-yarn" for a in past)
+    dype = " (or 'dype' with time=t, per step)" if yarn else ""
     return "; ".join(
         w for w in (within, f"past the trained {trained_words} on axes {past}: {call}{dype}") if w
     )
+
+
+def _intrinsic_period(f: Audit, dim: int, kw: dict[str, Any], repeats_at: int) -> int:
+    """The period, in latent frames, of the pair RIFLEx lowers on the frames' block (the pair
+    nearest where the family's videos repeat)."""
+    blocks = rotary(dim, preset=f.preset.name, **{k: v for k, v in kw.items() if k in ROTARY})
+    d = (blocks.axes_dim or (dim,))[0]
+    base = (blocks.axes_base or (blocks.base,))[0]
+    omega = paper(d, base)
+    return riflex_period(float(omega[intrinsic_pair(omega, repeats_at) - 1]))
+
+
+ROTARY = ("base", "axes_dim", "axes_base", "axes_scale", "layout")
+"""The audit's keywords that shape the table (the others place it: start, step, crop)."""
 
 
 def _call_grid(grid: tuple[int, ...], dim: int, preset: str, kw: dict[str, Any]) -> str:

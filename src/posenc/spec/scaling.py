@@ -454,6 +454,7 @@ def sized(
     out = dict(rule)
     wanted = RULES[kind].from_grid
     of = f"preset {family!r}" if family else "a call without a preset"
+    extent = max(extent, 1)  # an empty axis: the table is empty, any valid key does
     if "length" in wanted:
         out.setdefault("length", extent)
     if "repeats_at" in wanted and out.get("k") is None and out.get("repeats_at") is None:

@@ -40,11 +40,20 @@ __all__ = [
 
 
 def check(records: dict[str, Family]) -> dict[str, Family]:
-    """``records``, or the error naming a preset or a module class two of them claim (no order
-    decides between two records)."""
+    """``records``, or the error naming a preset, a module class or an audited model (a
+    ``_class_name``, a timm fragment) two of them claim (no order decides between two
+    records)."""
     presets: dict[str, str] = {}
     classes: dict[tuple[str, str], str] = {}
+    audited: dict[str, str] = {}
     for name, record in records.items():
+        for audit in record.audits:
+            for model in audit.models if isinstance(audit, Audit) else (audit.fragment,):
+                if model in audited:
+                    raise PosencError(
+                        f"{model} is audited by two family records: {audited[model]}, {name}"
+                    )
+                audited[model] = name
         for p in record.presets:
             if p.name in presets:
                 raise PosencError(

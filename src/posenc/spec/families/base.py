@@ -32,8 +32,8 @@ TOWER = "a vision tower: posenc audit builds the model from its config and asks 
 @dataclass(frozen=True)
 class Classes:
     """Module classes of one library that one recogniser of :func:`posenc.torch.patch` takes
-    (``@by_class(record.MODULES)``): the classes are named here, in the family's record, and
-    nowhere else.
+    (``@by_class(wan.BUFFERS)``: a ``Classes`` constant of the family's record): the classes
+    are named there, and nowhere else.
 
     Examples:
         >>> Classes("diffusers", "WanRotaryPosEmbed").names
@@ -74,6 +74,9 @@ class Audit:
             ``frames``: video frames per latent frame (``(F - 1) // frames + 1``; 0: the grid's
             first axis is not frames and stays): how ``posenc audit --size`` finds the grid
             of a size.
+        at_size: ``(config, rows, columns) -> keywords`` the pipeline's own positions add at
+            a grid of that size (HunyuanDiT's and CogVideoX 1.0's crops of their base grid,
+            Kandinsky 5's ``scale_factor``), under ``keywords``; None: none.
     """
 
     models: tuple[str, ...]
@@ -92,12 +95,19 @@ class Audit:
     ids: bool = False
     pixels: int = 16
     frames: int = 4
+    at_size: Callable[[Config, int, int], dict[str, Any]] | None = None
 
     def grid_at(self, width: int, height: int, frames: int | None) -> tuple[int, ...]:
         """The grid of tokens of an image (or video of ``frames`` frames) of ``width`` x
         ``height`` pixels: the rows and columns at ``pixels`` a token, the frames at
-        ``frames`` a latent frame (the audit's own when not given)."""
+        ``frames`` a latent frame (the audit's own when not given); a size below one token
+        is an error naming it."""
         spatial = (height // self.pixels, width // self.pixels)
+        if min(spatial) < 1:
+            raise PosencError(
+                f"--size {width}x{height}: {self.preset.name} takes {self.pixels} pixels a "
+                f"token, so at least {self.pixels}x{self.pixels}"
+            )
         if len(self.grid) == 2 or self.ids:
             return spatial
         first = self.grid[0]
@@ -119,12 +129,16 @@ class Trained:
         repeats_at: the latent frame at which the family's videos repeat (RIFLEx's ``N``,
             from which its intrinsic pair is found), where known.
         source: where the numbers come from, in words.
+        extend: per grid axis, the rule that extends it past the trained size as the
+            family's references do (``posenc audit --size`` prints it); default: RIFLEx on
+            the frames of a family whose videos repeat, vision YaRN on rows and columns.
     """
 
     preset: RotaryPreset
     grid: tuple[int | None, ...]
     repeats_at: int | None = None
     source: str = ""
+    extend: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -243,6 +257,18 @@ def axes(key: str, default: tuple[int, ...], theta: float | None = None) -> Call
         return kw
 
     return read
+
+
+def crop_region(grid: tuple[int, int], base: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+    """diffusers' ``get_resize_crop_region_for_grid``: the crop of a ``base`` grid (rows,
+    columns) that a grid of another aspect ratio is resized into, as ``rope_grid``'s ``crop``."""
+    (h, w), (th, tw) = grid, base
+    if h / w > th / tw:
+        rows, cols = th, round(th / h * w)
+    else:
+        rows, cols = round(tw / w * h), tw
+    top, left = round((th - rows) / 2.0), round((tw - cols) / 2.0)
+    return (top, left), (top + rows, left + cols)
 
 
 def width(key: str, default: tuple[int, ...]) -> Callable[[Config], int]:

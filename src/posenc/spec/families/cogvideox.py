@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.spec.families.base import Audit, Classes, Family, Row, Trained, split
+from posenc.spec.families.base import (
+    Audit,
+    Classes,
+    Config,
+    Family,
+    Row,
+    Trained,
+    crop_region,
+    split,
+)
 from posenc.spec.presets.base import RotaryPreset
 
 
@@ -30,6 +39,15 @@ EASYANIMATE = Classes("diffusers", "EasyAnimateRotaryPosEmbed")
 """EasyAnimate's module: CogVideoX's float32 crop grids (CogVideoX itself has no module: its
 pipeline computes the tables)."""
 
+
+def _crop_of_1_0(cfg: Config, rows: int, cols: int) -> dict[str, Any]:
+    """CogVideoX 1.0 (no ``patch_size_t``) crops its 30 x 45 base grid (480 x 720) as the
+    pipeline does; 1.5 takes the integers."""
+    if cfg.get("patch_size_t"):
+        return {}
+    return {"crop": crop_region((rows, cols), (30, 45))}
+
+
 FAMILY = Family(
     "CogVideoX",
     (COGVIDEOX,),
@@ -43,6 +61,7 @@ FAMILY = Family(
             "480 x 720, 49 frames",
             "diffusers get_3d_rotary_pos_embed: float32, computed by the pipeline",
             fix="pipeline",
+            at_size=_crop_of_1_0,
         ),
     ),
     trained=(

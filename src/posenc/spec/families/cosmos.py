@@ -83,7 +83,15 @@ FAMILY = Family(
             keywords=_keywords,
         ),
     ),
-    trained=(Trained(COSMOS, (16, 44, 80), None, "121 frames of 704 x 1280 (Cosmos-1)"),),
+    trained=(
+        Trained(
+            COSMOS,
+            (16, 44, 80),
+            None,
+            "121 frames of 704 x 1280 (Cosmos-1)",
+            extend=("ntk-aware", "ntk-aware", "ntk-aware"),  # its rope_scale
+        ),
+    ),
     docs=(
         Row(
             COSMOS,

@@ -4,7 +4,7 @@ pipeline (no module to patch).
 
 from __future__ import annotations
 
-from posenc.spec.families.base import Audit, Family, Row, two_blocks
+from posenc.spec.families.base import Audit, Family, Row, crop_region, two_blocks
 from posenc.spec.presets.base import RotaryPreset
 
 HUNYUAN_DIT = RotaryPreset(
@@ -36,6 +36,7 @@ FAMILY = Family(
             "diffusers get_2d_rotary_pos_embed: float32, computed by the pipeline (a crop of "
             "its 32 x 32 base grid)",
             keywords=lambda cfg: {"crop": ((0, 0), (32, 32))},
+            at_size=lambda cfg, rows, cols: {"crop": crop_region((rows, cols), (32, 32))},
             fix="pipeline",
             largest=31.5,
         ),

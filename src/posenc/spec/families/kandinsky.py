@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from posenc.errors import PosencError
-from posenc.spec.families.base import Audit, Classes, Family, Row, axes, width
+from posenc.spec.families.base import Audit, Classes, Config, Family, Row, axes, width
 from posenc.spec.presets.base import RotaryPreset, Table
 
 KANDINSKY_SCALE = (1.0, 2.0, 2.0)
@@ -103,7 +103,17 @@ TEXT = Classes("diffusers", "Kandinsky5RoPE1D", "Kandinsky6RoPE1D")
 """The text (and Kandinsky 6's audio) tokens' modules: 1-D over the whole head."""
 
 
-def _audit(models: tuple[str, ...], preset: RotaryPreset, blocks: tuple[int, ...]) -> Audit:
+def _scale_at(cfg: Config, rows: int, cols: int) -> dict[str, Any]:
+    """Kandinsky 5's pipeline's ``scale_factor`` at a size (16 pixels a token)."""
+    return {"axes_scale": axes_scale_of(kandinsky_scale(16 * rows, 16 * cols))}
+
+
+def _audit(
+    models: tuple[str, ...],
+    preset: RotaryPreset,
+    blocks: tuple[int, ...],
+    at_size: Any = None,
+) -> Audit:
     name = models[0].removesuffix("Transformer3DModel")
     return Audit(
         models,
@@ -115,6 +125,7 @@ def _audit(models: tuple[str, ...], preset: RotaryPreset, blocks: tuple[int, ...
         keywords=axes("axes_dims", blocks),
         dim=width("axes_dims", blocks),
         largest=23.5,
+        at_size=at_size,
     )
 
 
@@ -123,7 +134,7 @@ FAMILY = Family(
     (KANDINSKY5, KANDINSKY6),
     classes=(VIDEO, TEXT),
     audits=(
-        _audit(("Kandinsky5Transformer3DModel",), KANDINSKY5, (16, 24, 24)),
+        _audit(("Kandinsky5Transformer3DModel",), KANDINSKY5, (16, 24, 24), _scale_at),
         _audit(("Kandinsky6Transformer3DModel",), KANDINSKY6, (32, 48, 48)),
     ),
     docs=(
