@@ -19,6 +19,7 @@ from posenc.compat import diffusers_video as original
 from posenc.compat.diffusers import wide_dtype
 from posenc.errors import PosencError
 from posenc.evaluate.positions import grid_shape
+from posenc.spec.families.base import crop_region
 from posenc.spec.families.cogvideox import COGVIDEOX
 from posenc.spec.families.hunyuan_video import HUNYUAN_VIDEO
 from posenc.spec.families.wan import WAN
@@ -226,12 +227,8 @@ def easyanimate_crop(h: int, w: int, patch: int) -> tuple[tuple[int, int], tuple
     resized into the base canvas (the longer side fitted, rounded) and centred:
     ``((top, left), (bottom, right))``."""
     th, tw = (n // patch for n in EASYANIMATE_BASE)
-    if h / w > th / tw:
-        rh, rw = th, round(th / h * w)
-    else:
-        rh, rw = round(tw / w * h), tw
-    top, left = round((th - rh) / 2.0), round((tw - rw) / 2.0)
-    return (top, left), (top + rh, left + rw)
+    (top, left), (bottom, right) = crop_region((h, w), (th, tw))
+    return (top, left), (bottom, right)
 
 
 class EasyAnimateRope(nn.Module):
