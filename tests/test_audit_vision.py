@@ -223,7 +223,7 @@ def test_wan_at_161_and_261_frames(tmp_path):
     cfg = _config("WanTransformer3DModel", {})
     inside = _audit_at(tmp_path / "a", cfg, "1280x720", "--frames", "161")
     assert "41 x 45 x 80 grid" in inside["positions"]
-    assert "within the period of its intrinsic pair (51)" in inside["note"]
+    assert "within the period of its intrinsic pair (51 latent frames)" in inside["note"]
     past = _audit_at(tmp_path / "b", cfg, "1280x720", "--frames", "261")
     assert "66 x 45 x 80 grid" in past["positions"]
     call = past["note"].split("on axes [0]: ")[1]
@@ -241,7 +241,7 @@ def test_wan_at_161_and_261_frames(tmp_path):
 def test_cosmos_past_its_128_rows(tmp_path):
     """Cosmos at 4096 x 4096 (256 tokens a side): diffusers' module raises past its 128 rows;
     the audit says the original cannot compute that grid, and names the rule that extends
-    the exact tables."""
+    the exact tables: Cosmos' own, its rope_scale (NTK-aware; 256 / 80 columns = 3.2)."""
     from diffusers.models.transformers.transformer_cosmos import CosmosRotaryPosEmbed
 
     with pytest.raises(RuntimeError):
@@ -249,7 +249,7 @@ def test_cosmos_past_its_128_rows(tmp_path):
     record = _audit_at(tmp_path, _config("CosmosTransformer3DModel", {}), "4096x4096")
     assert record["float32_error"] is None
     assert "the original cannot compute this grid: it holds rows 0 … 127" in record["note"]
-    assert "'rope_type': 'vision-yarn'" in record["note"]
+    assert "{'rope_type': 'ntk-aware', 'factor': 3.2}" in record["note"]  # its rope_scale
 
 
 def test_flux_bfloat16_ids_at_6144(tmp_path):

@@ -39,6 +39,7 @@ _SIZES = (
     "pos_embed_max_size",
     "original_max_position_embeddings",
     "num_features",
+    "patch_size_t",
 )
 _SIDES = ("image_size", "patch_size", "sample_size", "img_size")
 FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {

@@ -27,6 +27,7 @@ from posenc.spec.families import FAMILIES, trained_of
 from posenc.spec.families.base import Audit, TimmAudit
 from posenc.spec.frequencies import paper
 from posenc.spec.rotary import rotary
+from posenc.spec.scaling import RULES
 
 PIPELINE = (
     "the pipeline computes the tables: pass posenc's (the posenc call above, float32) as "
@@ -275,10 +276,12 @@ def _beyond(
     for a in past:
         rule: dict[str, Any] = {"rope_type": kinds[a]}
         length = trained.grid[a] or 1
-        if f.ids or kinds[a] not in ("riflex", "vision-yarn", "dype"):  # no grid defaults
+        entry = RULES[kinds[a]]
+        from_grid = () if f.ids else entry.from_grid  # posenc.rope of ids has no grid
+        if "factor" in (*entry.required, *entry.optional) and "factor" not in from_grid:
             rule["factor"] = grid[a] / length
-            if kinds[a] in ("vision-yarn", "dype"):
-                rule["original_max_position_embeddings"] = length
+        if "original_max_position_embeddings" in entry.from_grid and f.ids:
+            rule["original_max_position_embeddings"] = length
         rules[a] = rule
     trained_words = " x ".join("-" if t is None else str(t) for t in trained.grid)
     if f.ids:
@@ -287,8 +290,10 @@ def _beyond(
         call = _call(
             "posenc.rope_grid", grid, dim, preset=f.preset.name, scaling=tuple(rules), **kw
         )
-    yarn = any(kinds[a] == "vision-yarn" for a in past)
-    dype = " (or 'dype' with time=t, per step)" if yarn else ""
+    trained_extent = any(
+        "original_max_position_embeddings" in RULES[kinds[a]].from_grid for a in past
+    )
+    dype = " (or 'dype' with time=t, per step)" if trained_extent else ""
     return "; ".join(
         w for w in (within, f"past the trained {trained_words} on axes {past}: {call}{dype}") if w
     )
