@@ -33,6 +33,16 @@ class PosencError(ValueError):
     """
 
 
+class NotHeld(PosencError):
+    """A ``compat=`` grid past the rows its original keeps (the original raises there): a
+    :class:`PosencError` that also says which, as ``held``: ``"rows 0 … 127 on axis 1
+    (where the original keeps them)"``."""
+
+    def __init__(self, message: str, held: str) -> None:
+        super().__init__(message)
+        self.held = held
+
+
 MAX_DIM = 1 << 20
 """Largest width: a million channels (4 MiB per float32 row) is far past any model."""
 MAX_AXES = 32

@@ -21,7 +21,7 @@ import numpy as np
 from posenc.api.rope_grid import rope_grid
 from posenc.app import audit_figures as fig
 from posenc.app.audit_models import FLOW_T, FLOW_WORDS, PATCH, Finding, _call, timestep
-from posenc.errors import PosencError
+from posenc.errors import NotHeld
 from posenc.spec.extrapolation import intrinsic_pair, riflex_period
 from posenc.spec.families import FAMILIES, trained_of
 from posenc.spec.families.base import Audit, TimmAudit
@@ -167,10 +167,8 @@ def _finding(f: Audit, cfg: dict[str, Any], component: str, size: Size | None = 
         def replayed(compat: str) -> float | None:  # the replay's float32 tables, as NumPy
             try:
                 return error(rope_grid(grid, dim, preset=preset, compat=compat, **kw))
-            except PosencError as err:
-                if NOT_HELD not in str(err):
-                    raise  # not measured: the audit says why
-                reached.append(f"the original cannot compute this grid: {_rows_of(err)}")
+            except NotHeld as err:  # other refusals: not measured, and the audit says why
+                reached.append(f"the original cannot compute this grid: it holds {err.held}")
                 return None
 
         bf16 = None
@@ -179,8 +177,8 @@ def _finding(f: Audit, cfg: dict[str, Any], component: str, size: Size | None = 
             bf16 = error([fig.bf16(r) for r in rounded])
         first = replayed(f.compat)
         figures = [(where, replayed(mode)) for mode, where in f.also]
-        shown = [f"{where}: {e:.3g}" for where, e in figures if e is not None]
-        notes = ["float32 error " + "; ".join(shown)] if shown else []
+        others = [f"{where}: {e:.3g}" for where, e in figures if e is not None]
+        notes = ["float32 error " + "; ".join(others)] if others else []
         notes += sorted(set(reached))
         if size is not None:
             notes += [n for n in (_beyond(f, grid, dim, kw),) if n]
@@ -199,11 +197,6 @@ def _finding(f: Audit, cfg: dict[str, Any], component: str, size: Size | None = 
         note=None if f.buffers else "computed per call: no bf16 buffer",
         measure=measure,
     )
-
-
-NOT_HELD = "which the original does not hold"
-"""How a replay refuses a grid past the rows its original keeps
-(:func:`posenc.compat.grid.check_rows`)."""
 
 
 def _own_largest(f: Audit) -> float:
@@ -234,14 +227,6 @@ def _largest(f: Audit, grid: tuple[int, ...], kw: dict[str, Any], dim: int) -> f
         for s0, st, n, c in zip(starts, steps, grid, scales, strict=True)
     ]
     return float(max(ends))
-
-
-def _rows_of(err: PosencError) -> str:
-    """The rows an original keeps, from the refusal of its replay (``… (… rows …)``)."""
-    found = re.search(r"table of rows (.*?) on axis (\d+) \((.*)\); this grid", str(err))
-    if found is None:
-        return str(err)
-    return f"it holds rows {found.group(1)} on axis {found.group(2)} ({found.group(3)})"
 
 
 def _beyond(

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from posenc.errors import PosencError, show
+from posenc.errors import NotHeld, PosencError, show
 from posenc.evaluate.libs.torch import compat_dtype, compat_out
 from posenc.spec.extrapolation import Reference
 
@@ -69,7 +69,8 @@ def check_rows(call: GridCall) -> None:
     short slice; Qwen-Image's frames past 4095: a table of another width), so no replay of its
     numbers exists. A
     :class:`~posenc.errors.PosencError` naming ``shape``, ``start`` and ``step``, the axis, the
-    table's rows and the rows asked for. The family's table of as many axes as the grid, else
+    table's rows and the rows asked for (:class:`~posenc.errors.NotHeld`, which says them). The
+    family's table of as many axes as the grid, else
     its first (a module of fewer blocks zips them with its first lengths)."""
     from posenc.spec.presets import get_rotary_preset
 
@@ -84,13 +85,14 @@ def check_rows(call: GridCall) -> None:
             ends = (call.starts[a], call.starts[a] + call.steps[a] * (n - 1))
             first, last = min(ends), max(ends)
         if first < low or last >= high:
-            raise PosencError(
+            held = f"rows {low} … {high - 1} on axis {a} ({table.origin})"
+            raise NotHeld(
                 f"`shape`, `start`, `step`: compat={call.compat!r} repeats {call.family}'s "
-                f"table of rows {low} … {high - 1} on axis {a} ({table.origin}); this grid "
-                f"reads rows {first:g} … {last:g} there (shape[{a}] = {n}, start "
-                f"{call.starts[a]:g}, step {call.steps[a]:g}), which the original does not hold "
-                "(it raises, or returns a malformed table): the exact mode (no compat) takes any "
-                "position"
+                f"table of {held}; this grid reads rows {first:g} … {last:g} there (shape[{a}] "
+                f"= {n}, start {call.starts[a]:g}, step {call.steps[a]:g}), which the original "
+                "does not hold (it raises, or returns a malformed table): the exact mode (no "
+                "compat) takes any position",
+                held,
             )
 
 
