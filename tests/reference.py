@@ -283,3 +283,151 @@ def ltx_rope(dims, dim, steps):
     theta = np.concatenate([np.zeros((len(coords), (dim % 6) // 2)), theta], axis=1)
     theta = np.repeat(theta, 2, axis=1)
     return np.cos(theta), np.sin(theta)
+
+
+# --- timm's rotary tables and the vision towers', shared by the family test files -------------
+
+
+def timm_axial_embed(grid, *, base=1e4, ref=None, halves=False, columns_first=False,
+                     centred=False, dim=64):  # fmt: skip
+    """float64 ``cat(sin, cos)`` of timm's two-axis RoPE (``dim / 4`` bands per axis)."""
+    axes = []
+    for g, n in enumerate(grid):
+        i = np.arange(n, dtype=np.float64)
+        axes.append((i + 0.5) / n * 2 - 1 if centred else i * ref[g] / n if ref else i)
+    rows, cols = (a.reshape(-1) for a in np.meshgrid(*axes, indexing="ij"))
+    k = np.arange(dim // 4, dtype=np.float64)
+    omega = 2 * math.pi / base ** (2 * k / (dim // 2)) if centred else base ** (-k / (dim // 4))
+    first, second = (cols, rows) if columns_first else (rows, cols)
+    theta = np.concatenate([first[:, None] * omega, second[:, None] * omega], 1)
+    theta = np.concatenate([theta, theta], 1) if halves else np.repeat(theta, 2, 1)
+    return np.concatenate([np.sin(theta), np.cos(theta)], 1)
+
+
+def timm_mrope_embed(grid, dim=64, base=1e4, section=(8, 12, 12)):
+    """float64 ``cat(sin, cos)`` of timm's MRoPE: one ladder ``base ** (-2j / dim)``, ``j % 3 ==
+    1`` on the row and ``2`` on the column (below ``3 * section``), the rest at 0; halves."""
+    j = np.arange(dim // 2)
+    omega = base ** (-2.0 * j / dim)
+    mesh = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing="ij")
+    ys, xs = (a.reshape(-1).astype(np.float64) for a in mesh)
+    pos = np.zeros((ys.size, j.size))
+    pos[:, (j % 3 == 1) & (j < 3 * section[1])] = ys[:, None]
+    pos[:, (j % 3 == 2) & (j < 3 * section[2])] = xs[:, None]
+    theta = np.concatenate([pos * omega] * 2, 1)
+    return np.concatenate([np.sin(theta), np.cos(theta)], 1)
+
+
+def timm_axial_rope(grid, dim=64, *, base, ref=None, offset=0.0, columns_first=False,
+                    halves=False, centred=False):  # fmt: skip
+    """float64 ``(sin, cos)`` ``[H * W, dim]`` of timm's two-axis RoPE: per axis ``dim / 4``
+    frequencies, ``base ** (-k / (dim / 4))`` at positions ``(i + offset) * ref / n`` (or ``i +
+    offset``), or DINOv3's ``2 pi / base ** (2k / (dim / 2))`` at ``((i + 0.5 + offset) / n) *
+    2 - 1``; the row block first unless ``columns_first``, each frequency twice in a row
+    (interleaved) or in both halves."""
+    axes = []
+    for g, n in enumerate(grid):
+        i = np.arange(n, dtype=np.float64)
+        if centred:
+            axes.append((i + 0.5 + offset) / n * 2.0 - 1.0)
+        elif ref is not None:
+            axes.append((i + offset) * ref[g] / n)
+        else:
+            axes.append(i + offset)
+    rows, cols = (a.reshape(-1) for a in np.meshgrid(*axes, indexing="ij"))
+    k = np.arange(dim // 4, dtype=np.float64)
+    omega = 2.0 * math.pi / base ** (2.0 * k / (dim // 2)) if centred else base ** (-k / (dim // 4))
+    first, second = (cols, rows) if columns_first else (rows, cols)
+    theta = np.concatenate([first[:, None] * omega, second[:, None] * omega], axis=1)
+    theta = np.concatenate([theta, theta], 1) if halves else np.repeat(theta, 2, axis=1)
+    return np.sin(theta), np.cos(theta)
+
+
+def numpy_crop(start, stop, n):
+    """The original code's crop grid (numpy.linspace(start, stop, n, endpoint=False))."""
+    return np.linspace(start, stop, n, endpoint=False)
+
+
+def vision_tower_rope(family, h, w, dim):
+    """``(cos, sin)`` float64 ``[h * w, dim]``: tokens row-major, in the family's layout."""
+    rows = np.repeat(np.arange(h, dtype=np.float64), w)
+    cols = np.tile(np.arange(w, dtype=np.float64), h)
+    quarter = np.arange(dim // 4, dtype=np.float64)
+    if family == "pixtral":  # one ladder over dim; the row takes the even j, the column the odd
+        ladder = 10000.0 ** (-2 * np.arange(dim // 2, dtype=np.float64) / dim)
+        half = np.concatenate([np.outer(rows, ladder[0::2]), np.outer(cols, ladder[1::2])], 1)
+        angles = np.concatenate([half, half], 1)
+    elif family == "qwen2-vl-vision":
+        omega = 10000.0 ** (-2 * quarter / (dim // 2))
+        half = np.concatenate([np.outer(rows, omega), np.outer(cols, omega)], 1)
+        angles = np.concatenate([half, half], 1)
+    elif family == "dinov3":
+        omega = 100.0 ** (-4 * quarter / dim)
+        y = (rows + 0.5) / h * 2 - 1
+        x = (cols + 0.5) / w * 2 - 1
+        half = 2 * np.pi * np.concatenate([np.outer(y, omega), np.outer(x, omega)], 1)
+        angles = np.concatenate([half, half], 1)
+    elif family in ("sam2", "sam3-vit"):  # SAM 3: at the 24-wide window's scale
+        omega = 10000.0 ** (-2 * quarter / (dim // 2))
+        scale = 1.0 if family == "sam2" else 24 / w
+        block = np.concatenate([np.outer(cols * scale, omega), np.outer(rows * scale, omega)], 1)
+        angles = np.repeat(block, 2, axis=1)
+    else:  # llama4-vision: 1-based (x, y)
+        omega = 10000.0 ** (-2 * quarter / (dim // 2))
+        block = np.concatenate([np.outer(cols + 1, omega), np.outer(rows + 1, omega)], 1)
+        angles = np.repeat(block, 2, axis=1)
+    return np.cos(angles), np.sin(angles)
+
+
+# --- rules past the trained size (ROPE-EXTRAPOLATION.md beside the project) -------------------
+
+
+def ladder(d, base):
+    """A block's frequencies ``base ** (-2j / d)``, float64."""
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def riflex_ladder(d, base, k, length, scale=0.9):
+    """RIFLEx: the ladder with pair ``k`` (1-based) lowered to ``scale * 2 pi / length``."""
+    out = ladder(d, base)
+    out[k - 1] = scale * 2 * math.pi / length
+    return out
+
+
+def pair_at(r, d, base, length):
+    """The catalogue's c(r): the real pair index at which r rotations fit in L tokens."""
+    return d * math.log(length / (2 * math.pi * r)) / (2 * math.log(base))
+
+
+def band(r0, r1, d, base, length):
+    """The catalogue's ramp range ``(max(floor(c(r0)), 0), min(ceil(c(r1)), d - 1))``, clamped
+    to the pairs."""
+    n = d // 2
+    lo = min(max(math.floor(pair_at(r0, d, base, length)), 0), n)
+    hi = min(max(min(math.ceil(pair_at(r1, d, base, length)), d - 1), 0), n)
+    return lo, hi
+
+
+def yarn_ladder(s, kappa=1.0, d=56, base=1e4, length=64, *, power=None, s_glob=None):
+    """The catalogue's vision YaRN (DyPE: thresholds times ``kappa = t ** 2``; ComfyUI-DyPE:
+    thresholds raised to ``power = 2 t ** 2``): omega^pi = omega / s, omega^ntk the NTK-aware
+    ladder (by ``s_glob``, default ``s``), blended by the beta ramp, then with the trained
+    ladder by the gamma ramp."""
+    j = np.arange(d // 2, dtype=np.float64)
+    omega = ladder(d, base)
+    at = (lambda r: r * kappa) if power is None else (lambda r: r**power)
+
+    def ramp(r0, r1):
+        lo, hi = band(at(r0), at(r1), d, base, length) if at(r0) > 0 else (d // 2,) * 2
+        hi = hi + 0.001 if lo == hi else hi
+        return np.clip((j - lo) / (hi - lo), 0, 1)
+
+    rb, rg = ramp(1.25, 0.75), ramp(16, 2)
+    aware = s if s_glob is None else s_glob
+    first = omega / s * rb + ladder(d, base * aware ** (d / (d - 2))) * (1 - rb)
+    return first * rg + omega * (1 - rg)
+
+
+def yarn_magnitude(s):
+    """Vision YaRN's magnitude ``0.1 ln s + 1`` past the trained size (1 within it)."""
+    return 0.1 * math.log(s) + 1 if s > 1 else 1.0

@@ -13,12 +13,9 @@ import pytest
 
 import posenc
 from posenc.errors import PosencError
+from tests.reference import band, ladder, pair_at, riflex_ladder, yarn_ladder
 
 TOL = 6e-8  # the catalogue's bound for m = 1: one float32 rounding of values in [-1, 1]
-
-
-def _ladder(d, base):
-    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
 
 
 def _grid(shape):
@@ -38,10 +35,8 @@ def _interleaved(ids, ladders):
 def _lowered(d, base, k, length, period, scale=0.9):
     """The ladder of a ``d``-wide block with RIFLEx's pair ``k`` (1-based), whose period in
     frames is checked, lowered to ``scale * 2 pi / length``."""
-    ladder = _ladder(d, base)
-    assert round(2 * math.pi / ladder[k - 1]) == period
-    ladder[k - 1] = scale * 2 * math.pi / length
-    return ladder
+    assert round(2 * math.pi / ladder(d, base)[k - 1]) == period
+    return riflex_ladder(d, base, k, length, scale)
 
 
 def _check(got, want):
@@ -63,11 +58,9 @@ def test_riflex_hunyuan_video(frames, length, k, lowered):
     rule = {"rope_type": "riflex", "k": k, "length": length}
     shape = (frames, 3, 5)
     got = posenc.rope_grid(shape, 128, preset="hunyuan-video", scaling=(rule, None, None))
-    t = _lowered(16, 256.0, k, length, period=50) if lowered else _ladder(16, 256.0)
+    t = _lowered(16, 256.0, k, length, period=50) if lowered else ladder(16, 256.0)
     assert (t[3] == pytest.approx(0.08568, abs=1e-5)) == (lowered and length == 66)
-    want = _interleaved(
-        _grid(shape).astype(np.float64), [t, _ladder(56, 256.0), _ladder(56, 256.0)]
-    )
+    want = _interleaved(_grid(shape).astype(np.float64), [t, ladder(56, 256.0), ladder(56, 256.0)])
     _check(got, want)
 
 
@@ -82,7 +75,7 @@ def test_riflex_cogvideox_and_wan():
     )
     t = _lowered(16, 1e4, k=2, length=25, period=20)
     assert t[1] == pytest.approx(0.2262, abs=1e-4)
-    _check(got, _interleaved(_grid(shape).astype(float), [t, _ladder(24, 1e4), _ladder(24, 1e4)]))
+    _check(got, _interleaved(_grid(shape).astype(float), [t, ladder(24, 1e4), ladder(24, 1e4)]))
 
     shape = (41, 2, 2)
     wan = {"axes_dim": (44, 42, 42), "layout": "interleaved"}
@@ -95,7 +88,7 @@ def test_riflex_cogvideox_and_wan():
     got = posenc.rope_grid(shape, 128, **wan, scaling=(forced, None, None))
     t = _lowered(44, 1e4, k=6, length=41, period=51)
     assert t[5] == pytest.approx(0.1379, abs=1e-4)
-    _check(got, _interleaved(_grid(shape).astype(float), [t, _ladder(42, 1e4), _ladder(42, 1e4)]))
+    _check(got, _interleaved(_grid(shape).astype(float), [t, ladder(42, 1e4), ladder(42, 1e4)]))
 
 
 def test_riflex_on_a_spatial_axis_with_its_own_scale():
@@ -104,7 +97,7 @@ def test_riflex_on_a_spatial_axis_with_its_own_scale():
     shape = (1, 7, 9)
     got = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule))
     h = _lowered(56, 1e4, k=10, length=225, period=121, scale=0.85)
-    _check(got, _interleaved(_grid(shape).astype(np.float64), [_ladder(16, 1e4), h, h]))
+    _check(got, _interleaved(_grid(shape).astype(np.float64), [ladder(16, 1e4), h, h]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,21 +115,21 @@ def test_ntk_aware_is_cosmos_per_axis_base():
     )
     b = 1e4 * 4.0 ** (42 / 40)
     assert b == pytest.approx(42870.94, abs=0.01)
-    ladders = [_ladder(44, 1e4), _ladder(42, b), _ladder(42, b)]
-    assert ladders[1][-1] == pytest.approx(_ladder(42, 1e4)[-1] / 4, rel=1e-14)
+    ladders = [ladder(44, 1e4), ladder(42, b), ladder(42, b)]
+    assert ladders[1][-1] == pytest.approx(ladder(42, 1e4)[-1] / 4, rel=1e-14)
     angles = np.concatenate([_grid(shape)[:, [a]] * w[None] for a, w in enumerate(ladders)], 1)
     want = np.cos(np.concatenate([angles, angles], 1)), np.sin(np.concatenate([angles, angles], 1))
     _check(got, want)
 
 
 @pytest.mark.parametrize(
-    ("rule", "ladder"),
+    ("rule", "scaled"),
     [
-        ({"rope_type": "ntk", "factor": 20.0}, lambda d: _ladder(d, 1e4 * 20.0)),  # CineScale
-        ({"rope_type": "linear", "factor": 4.0}, lambda d: _ladder(d, 1e4) / 4.0),  # PI
+        ({"rope_type": "ntk", "factor": 20.0}, lambda d: ladder(d, 1e4 * 20.0)),  # CineScale
+        ({"rope_type": "linear", "factor": 4.0}, lambda d: ladder(d, 1e4) / 4.0),  # PI
     ],
 )
-def test_raw_ntk_and_interpolation_on_the_spatial_axes(rule, ladder):
+def test_raw_ntk_and_interpolation_on_the_spatial_axes(rule, scaled):
     """CineScale's raw NTK (base x 20 on h and w) and position interpolation (frequencies / 4),
     on FLUX's rows and columns at 4096^2: an odd crop of its 256 x 256 tokens."""
     shape = (1, 13, 17)
@@ -144,7 +137,7 @@ def test_raw_ntk_and_interpolation_on_the_spatial_axes(rule, ladder):
         shape, 128, preset="flux", scaling=(None, rule, rule), start=(0, 240, 240)
     )
     ids = _grid(shape).astype(np.float64) + np.array([0, 240, 240])
-    _check(got, _interleaved(ids, [_ladder(16, 1e4), ladder(56), ladder(56)]))
+    _check(got, _interleaved(ids, [ladder(16, 1e4), scaled(56), scaled(56)]))
 
 
 def test_one_rule_for_every_axis_and_rope_of_ids():
@@ -152,13 +145,13 @@ def test_one_rule_for_every_axis_and_rope_of_ids():
     rule = {"rope_type": "ntk", "factor": 3.0}
     shape = (5, 6)
     cos, _ = posenc.rope_grid(shape, 64, axes_dim=(32, 32), layout="interleaved", scaling=rule)
-    want, _ = _interleaved(_grid(shape).astype(np.float64), [_ladder(32, 3e4), _ladder(32, 3e4)])
+    want, _ = _interleaved(_grid(shape).astype(np.float64), [ladder(32, 3e4), ladder(32, 3e4)])
     assert np.abs(cos - want).max() < TOL
     ids = _grid(shape)
     both = posenc.rope(ids, 64, axes_dim=(32, 32), layout="interleaved", scaling=(rule, rule))
     assert np.array_equal(both[0], cos)
     one = posenc.rope(ids, 64, axes_dim=(32, 32), layout="interleaved", scaling=(None, rule))
-    want, _ = _interleaved(ids.astype(np.float64), [_ladder(32, 1e4), _ladder(32, 3e4)])
+    want, _ = _interleaved(ids.astype(np.float64), [ladder(32, 1e4), ladder(32, 3e4)])
     assert np.abs(one[0] - want).max() < TOL
 
 
@@ -171,7 +164,7 @@ def test_the_rule_follows_the_grid_axis_not_the_block():
         shape, 32, axes_dim=(16, 16), layout="interleaved", block_axes=(1, 0), scaling=(rule, None)
     )
     ids = _grid(shape).astype(np.float64)[:, ::-1]  # block 0: columns, block 1: rows
-    want, _ = _interleaved(ids, [_ladder(16, 1e4), _ladder(16, 1e4) / 2])
+    want, _ = _interleaved(ids, [ladder(16, 1e4), ladder(16, 1e4) / 2])
     assert np.abs(cos - want).max() < TOL
 
 
@@ -225,40 +218,12 @@ def test_vision_rules_are_not_transformers_rope_types():
 # vision YaRN and DyPE: three bands, a magnitude on the rows and columns only
 
 
-def _c(r, d=56, base=1e4, length=64):
-    """The catalogue's c(r): the real pair index at which r rotations fit in L tokens."""
-    return d * math.log(length / (2 * math.pi * r)) / (2 * math.log(base))
-
-
-def _band(r0, r1, d=56, base=1e4, length=64):
-    n = d // 2
-    lo = min(max(math.floor(_c(r0, d, base, length)), 0), n)
-    hi = min(max(min(math.ceil(_c(r1, d, base, length)), d - 1), 0), n)
-    return lo, hi
-
-
-def _yarn_ladder(s, kappa=1.0, d=56, base=1e4, length=64):
-    """The catalogue's vision YaRN: omega^pi = omega / s, omega^ntk the NTK-aware ladder,
-    blended by the beta ramp, then with the trained ladder by the gamma ramp."""
-    j = np.arange(d // 2, dtype=np.float64)
-    omega = _ladder(d, base)
-
-    def ramp(r0, r1):
-        lo, hi = _band(r0 * kappa, r1 * kappa, d, base, length)
-        hi = hi + 0.001 if lo == hi else hi
-        return np.clip((j - lo) / (hi - lo), 0, 1)
-
-    rb, rg = ramp(1.25, 0.75), ramp(16, 2)
-    first = omega / s * rb + _ladder(d, base * s ** (d / (d - 2))) * (1 - rb)
-    return first * rg + omega * (1 - rg)
-
-
 def test_the_bands_are_the_catalogues():
     """FLUX (d 56, base 1e4, L 64): c(16) = -1.4, c(2) = 4.95, c(1.25) = 6.38, c(1) = 7.06,
     c(0.75) = 7.93; DyPE's ranges at 4096^2 for t = 1, 0.5, 0.1, 0.05 (beta | gamma): (6, 8 |
     0, 5), (10, 13 | 2, 10), (20, 22 | 12, 19), (24, 27 | 16, 24): the bands of the reference
     the tables are checked against below."""
-    got = [_c(r) for r in (16, 2, 1.25, 1, 0.75)]
+    got = [pair_at(r, 56, 1e4, 64) for r in (16, 2, 1.25, 1, 0.75)]
     assert got == pytest.approx([-1.4, 4.95, 6.38, 7.06, 7.93], abs=0.05)
     for t, beta, gamma in (
         (1.0, (6, 8), (0, 5)),
@@ -267,7 +232,8 @@ def test_the_bands_are_the_catalogues():
         (0.05, (24, 27), (16, 24)),
     ):
         k = t * t
-        assert (_band(1.25 * k, 0.75 * k), _band(16 * k, 2 * k)) == (beta, gamma)
+        assert band(1.25 * k, 0.75 * k, 56, 1e4, 64) == beta
+        assert band(16 * k, 2 * k, 56, 1e4, 64) == gamma
 
 
 @pytest.mark.parametrize(
@@ -289,9 +255,9 @@ def test_vision_yarn_and_dype_on_flux_at_4096(rule, kappa):
     got = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule), start=start)
     m = 0.1 * math.log(4.0) + 1
     assert m == pytest.approx(1.1386, abs=1e-4)
-    hw = _yarn_ladder(4.0, kappa)
+    hw = yarn_ladder(4.0, kappa)
     ids = _grid(shape).astype(np.float64) + np.array(start)
-    cos, sin = _interleaved(ids, [_ladder(16, 1e4), hw, hw])
+    cos, sin = _interleaved(ids, [ladder(16, 1e4), hw, hw])
     scale = np.concatenate([np.ones(16), np.full(112, m)])
     for g, w in zip(got, (cos * scale, sin * scale), strict=True):
         assert np.abs(g.astype(np.float64) - w).max() < TOL * m
@@ -304,10 +270,51 @@ def test_dype_tends_to_the_trained_ladder():
     got, _ = posenc.rope_grid((1, 3, 3), 128, preset="flux", scaling=(None, rule, rule))
     plain, _ = posenc.rope_grid((1, 3, 3), 128, preset="flux")
     m = 0.1 * math.log(4.0) + 1
-    ladders = [_ladder(16, 1e4), _ladder(56, 1e4), _ladder(56, 1e4)]
+    ladders = [ladder(16, 1e4), ladder(56, 1e4), ladder(56, 1e4)]
     want, _ = _interleaved(_grid((1, 3, 3)).astype(np.float64), ladders)
     assert np.abs(got[:, 16:] - want[:, 16:] * m).max() < TOL * m
     assert np.array_equal(got[:, :16], plain[:, :16])
+
+
+@pytest.mark.parametrize(
+    ("time", "beta", "gamma"),
+    [(1.0, (5, 9), (0, 3)), (0.5, (6, 8), (2, 7)), (0.1, (7, 8), (6, 8)), (0.0, (7, 8), (7, 8))],
+)
+def test_dype_comfyui_raises_its_thresholds(time, beta, gamma):
+    """ComfyUI-DyPE at FLUX 4096^2 (rows s = 4, columns a 3.5 crop, the image's larger side
+    s_glob = 4): the thresholds raised to k = 2 t^2 (the catalogue's ranges at t = 1, 0.5,
+    0.1; at t = 0 both collapse at c(1): no NTK band, interpolation kept), interpolation by
+    each axis' own s, NTK-aware by s_glob, m = 1 + 0.1 ln(s_glob) t^2 on both."""
+    k = 2 * time**2
+    assert (band(1.25**k, 0.75**k, 56, 1e4, 64), band(16**k, 2**k, 56, 1e4, 64)) == (beta, gamma)
+    rows = {"rope_type": "dype-comfyui", "factor": 4.0, "original_max_position_embeddings": 64}
+    cols = {**rows, "factor": 3.5, "global_factor": 4.0}
+    shape, start = (1, 3, 5), (0, 250, 220)
+    got = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rows, cols), start=start,
+                           time=time)  # fmt: skip
+    m = 1 + 0.1 * math.log(4.0) * time**2
+    h = yarn_ladder(4.0, d=56, power=k)
+    w = yarn_ladder(3.5, d=56, power=k, s_glob=4.0)
+    ids = _grid(shape).astype(np.float64) + np.array(start)
+    cos, sin = _interleaved(ids, [ladder(16, 1e4), h, w])
+    scale = np.concatenate([np.ones(16), np.full(112, m)])
+    for g, want in zip(got, (cos * scale, sin * scale), strict=True):
+        assert np.abs(g.astype(np.float64) - want).max() < TOL * m
+    if time == 0.0:  # the hazard: ComfyUI's table stays interpolated; the official returns
+        assert not np.allclose(h, ladder(56, 1e4))
+        dype = {**rows, "rope_type": "dype"}
+        back, _ = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, dype, dype),
+                                   start=start, time=0.0, dtype=np.float64)  # fmt: skip
+        plain, _ = _interleaved(ids, [ladder(16, 1e4), ladder(56, 1e4), ladder(56, 1e4)])
+        assert np.abs(back[:, 16:] / (0.1 * math.log(4.0) + 1) - plain[:, 16:]).max() < 1e-12
+
+
+def test_dype_comfyui_within_the_trained_size_is_the_ladder():
+    """At s_glob <= 1 (FLUX's native 1024^2) the rule leaves the ladder and m = 1."""
+    rule = {"rope_type": "dype-comfyui", "original_max_position_embeddings": 64}
+    got = posenc.rope_grid((1, 64, 64), 128, preset="flux", scaling=(None, rule, rule), time=0.7)
+    plain = posenc.rope_grid((1, 64, 64), 128, preset="flux")
+    assert all(np.array_equal(g, p) for g, p in zip(got, plain, strict=True))
 
 
 def test_a_time_rule_needs_its_time():
@@ -332,7 +339,7 @@ def test_lumina_time(time, watershed, interpolated):
     rule = {"rope_type": "lumina-time", "factor": 2.0, "time": time, "watershed": watershed}
     shape = (6, 5)
     cos, _ = posenc.rope_grid(shape, 72, axes_dim=(36, 36), layout="interleaved", scaling=rule)
-    one = _ladder(36, 1e4) / 2 if interpolated else _ladder(36, 2e4)
+    one = ladder(36, 1e4) / 2 if interpolated else ladder(36, 2e4)
     want, _ = _interleaved(_grid(shape).astype(np.float64), [one, one])
     assert np.abs(cos - want).max() < TOL
 
@@ -344,19 +351,18 @@ def test_imax_and_multi_inter():
     ids = _grid(shape).astype(np.float64) + np.array([0, 100, 150])
     rule = {"rope_type": "imax", "factor": 4.0}
     cos, _ = posenc.rope_grid(shape, 128, preset="flux", scaling=rule, start=(0, 100, 150))
-    clip = [np.maximum(_ladder(d, 1e5), _ladder(d, 1e4) / 4) for d in (16, 56, 56)]
-    switch = np.flatnonzero(_ladder(56, 1e5) < _ladder(56, 1e4) / 4)[0]
+    clip = [np.maximum(ladder(d, 1e5), ladder(d, 1e4) / 4) for d in (16, 56, 56)]
+    switch = np.flatnonzero(ladder(56, 1e5) < ladder(56, 1e4) / 4)[0]
     assert switch == 17  # NTK for j <= 16, interpolation from 17 on
     assert np.abs(cos - _interleaved(ids, clip)[0]).max() < TOL
 
     s = 4096 / 1328
     rule = {"rope_type": "multi-inter", "factor": s, "freq_id": [8, 9]}
     cos, _ = posenc.rope_grid((5, 5), 64, axes_dim=(32, 32), layout="interleaved", scaling=rule)
-    ladder = _ladder(32, 1e4)
-    ladder[[8, 9]] /= s
+    inter = ladder(32, 1e4)
+    inter[[8, 9]] /= s
     assert (
-        np.abs(cos - _interleaved(_grid((5, 5)).astype(np.float64), [ladder, ladder])[0]).max()
-        < TOL
+        np.abs(cos - _interleaved(_grid((5, 5)).astype(np.float64), [inter, inter])[0]).max() < TOL
     )
     with pytest.raises(PosencError, match=r"`freq_id`.*16.*got 16"):
         posenc.rope_grid((5, 5), 64, axes_dim=(32, 32), scaling={**rule, "freq_id": [16]})
@@ -471,7 +477,7 @@ def test_riflex_finds_its_pair_from_where_the_video_repeats(preset_kwargs, repea
     """The catalogue's identify_k: the pair whose period round(2 pi / omega) is nearest the
     frame where repetition is first seen: HunyuanVideo 4, CogVideoX 2, Wan 6."""
     d, base = (16, 256.0) if "preset" in preset_kwargs else (preset_kwargs["axes_dim"][0], 1e4)
-    periods = [round(2 * math.pi / w) for w in _ladder(d, base)]
+    periods = [round(2 * math.pi / w) for w in ladder(d, base)]
     gaps = [abs(n - repeats_at) for n in periods]
     assert gaps.index(min(gaps)) + 1 == k
     dim = 128 if "preset" in preset_kwargs else sum(preset_kwargs["axes_dim"])

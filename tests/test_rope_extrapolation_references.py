@@ -13,6 +13,7 @@ import pytest
 
 import posenc
 from posenc.errors import PosencError
+from tests.reference import ladder, yarn_ladder
 
 torch = pytest.importorskip("torch")
 
@@ -195,3 +196,60 @@ def test_a_rule_no_reference_applies_is_refused_under_compat(preset, dims, rule,
                          compat="diffusers")  # fmt: skip
     for word in ("`scaling[0]` with `compat`", *words):
         assert word in str(err.value)
+
+
+def _comfyui_flux(size, time, dtype):
+    """ComfyUI-DyPE's ``vision_yarn`` on FLUX's rows and columns (wildminder/ComfyUI-DyPE 2.3,
+    written from the catalogue's arithmetic): a ``size`` x ``size`` token grid, G = 64; the
+    ladders, NTK base and blends in ``dtype`` (bfloat16 where the ids are on CUDA, float32
+    elsewhere), the float32 ramps of the thresholds raised to k = 2 t^2 cast into it, the
+    angles float32, cos and sin times m = 1 + 0.1 ln s t^2 held in ``dtype``; at s <= 1 the
+    plain ladder in ``dtype``. The column block's cos, float32 ``[size, 28]``."""
+    d, base, length = 56, 1e4, 64
+    s = size / length
+    pos = torch.arange(size, dtype=torch.float32)
+    e = torch.arange(0, d, 2, dtype=dtype) / d
+    omega = 1.0 / (base**e)
+    m = torch.tensor(1.0, dtype=dtype)
+    if s > 1:
+        k = 2 * time**2
+        pi = omega / s
+        ntk = 1.0 / ((base * s ** (d / (d - 2))) ** e)
+
+        def ramp(r0, r1):
+            c = lambda r: d * math.log(length / (r * 2 * math.pi)) / (2 * math.log(base))  # noqa: E731
+            lo = min(max(math.floor(c(r0**k)), 0), d // 2)
+            hi = min(max(min(math.ceil(c(r1**k)), d - 1), 0), d // 2)
+            hi = hi + 0.001 if lo == hi else hi
+            return torch.clamp((torch.arange(d // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1)
+
+        rb, rg = ramp(1.25, 0.75).to(dtype), ramp(16.0, 2.0).to(dtype)
+        omega = (pi * rb + ntk * (1 - rb)) * rg + omega * (1 - rg)
+        m = torch.tensor(1 + 0.1 * math.log(s) * time**2, dtype=dtype)
+    angles = pos[:, None] * omega.float()[None]
+    return angles.cos() * m.float()
+
+
+@pytest.mark.parametrize(
+    ("size", "time", "bf16_worse_than"),
+    [(64, 1.0, 0.1), (256, 1.0, 0.1), (256, 0.5, 0.1)],  # 1024^2 (native), 4096^2
+)
+def test_comfyui_dype_ladders_in_bfloat16_miss_by_tenths(size, time, bf16_worse_than):
+    """The hazard: ComfyUI-DyPE builds its ladders in bfloat16 on every GPU, so its tables err
+    by tenths even at FLUX's native 1024^2 (where the table should be FLUX's own), and by
+    ~1e-5 in float32 on the CPU; posenc's ``"dype-comfyui"`` is its rule in float64, rounded
+    once (at s <= 1 FLUX's own table)."""
+    rule = {"rope_type": "dype-comfyui", "original_max_position_embeddings": 64}
+    got, _ = posenc.rope_grid((1, 1, size), 128, preset="flux", scaling=(None, rule, rule),
+                              time=time)  # fmt: skip
+    s = size / 64
+    k = 2 * time**2
+    cols = yarn_ladder(s, d=56, power=k) if s > 1 else ladder(56, 1e4)
+    m = 1 + 0.1 * math.log(s) * time**2 if s > 1 else 1.0
+    want = np.cos(np.arange(size, dtype=np.float64)[:, None] * cols[None]) * m
+    mine = np.asarray(got, dtype=np.float64)[:, 72::2]
+    assert np.abs(mine - want).max() < TOL * m
+    f32 = np.abs(_comfyui_flux(size, time, torch.float32).double().numpy() - want).max()
+    bf16 = np.abs(_comfyui_flux(size, time, torch.bfloat16).double().numpy() - want).max()
+    assert 1e-7 < f32 < 3e-5
+    assert bf16 > bf16_worse_than

@@ -184,7 +184,8 @@ def test_the_vision_rules_are_not_transformers_rope_types():
 
     vision = sorted(n for n, r in RULES.items() if r.origin == "vision")
     assert vision == [
-        "dype", "imax", "lumina-time", "multi-inter", "ntk", "ntk-aware", "riflex", "vision-yarn",
+        "dype", "dype-comfyui", "imax", "lumina-time", "multi-inter", "ntk", "ntk-aware",
+        "riflex", "vision-yarn",
     ]  # fmt: skip
     assert all(RULES[n].float32 is None for n in vision)
     config = SimpleNamespace(

@@ -265,7 +265,7 @@ def rope_grid(
     dims = grid_shape(shape, k, axes=grid_axes_rule(r))
     read = block_axes_of(block_axes, preset, k)  # the grid axis of each block
     if per_axis is not None:  # one rule per grid axis, to the block that encodes it
-        per_axis = _with_training(per_axis, preset, dims)
+        per_axis = with_training(per_axis, preset, dims)
         r = with_axes_scaling(r, per_axis, [read.index(g) for g in range(k)])
     recipe = get_rotary_preset(preset).positions if preset is not None else None
     if recipe is not None and crop is None:  # the family's coordinates, where none are given
@@ -321,7 +321,7 @@ def _no_rows(device: Any) -> Any:
     raise AssertionError("an empty grid is never computed")  # pragma: no cover
 
 
-def _with_training(rules: Sequence[Any], preset: Any, dims: tuple[int, ...]) -> Any:
+def with_training(rules: Sequence[Any], preset: Any, dims: tuple[int, ...]) -> Any:
     """One rule per grid axis, each with the keys its rule takes from the grid and the size
     the preset's family was trained at (:func:`posenc.spec.scaling.sized`): the extents of
     ``dims``, the family's trained grid, and where its videos repeat (the first axis, time)."""

@@ -289,7 +289,7 @@ def _intrinsic_period(f: Audit, dim: int, kw: dict[str, Any], repeats_at: int) -
     nearest where the family's videos repeat)."""
     blocks = rotary(dim, preset=f.preset.name, **{k: v for k, v in kw.items() if k in ROTARY})
     d = (blocks.axes_dim or (dim,))[0]
-    base = (blocks.axes_base or (blocks.base,))[0]
+    base = blocks.bases[0]
     omega = paper(d, base)
     return riflex_period(float(omega[intrinsic_pair(omega, repeats_at) - 1]))
 

@@ -175,7 +175,7 @@ def _cosmos(
                 f"{steps[0]!r} is 24 / {fps!r}"
             )
         fps = round(fps)
-    bases = r.axes_base or (r.base,) * 3
+    bases = r.bases
     freqs = []
     for d, theta in zip(r.axes_dim, bases, strict=True):
         exponent = torch.arange(0, d, 2, device=device, dtype=torch.float32)[: d // 2] / d
@@ -375,7 +375,7 @@ def cosmos(call: GridCall) -> tuple[Any, Any]:
     rule's new base on an axis (``"ntk-aware"``: Cosmos' ``rope_scale``) is that axis's."""
     free: Free = {**MODULE_WIDTHS, "axes_base": None}
     bases = [ref.base for ref in references(call, ("base",))]
-    own = call.rotary.axes_base or (call.rotary.base,) * 3
+    own = call.rotary.bases
     rotary = dataclasses.replace(
         call.rotary,
         axes_base=tuple(b if b is not None else o for b, o in zip(bases, own, strict=True)),

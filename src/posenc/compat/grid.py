@@ -133,7 +133,7 @@ def references(call: GridCall, takes: Collection[str] = ()) -> list[Reference]:
     widths = tuple(rotary.axes_dim or ())
     if not rotary.axes_scaling:
         return [Reference()] * len(widths)
-    bases = rotary.axes_base or (rotary.base,) * len(widths)
+    bases = rotary.bases
     out = []
     for b, (one, d, base) in enumerate(zip(rotary.axes_scaling, widths, bases, strict=True)):
         make = None if one.is_default else one.rule.reference

@@ -25,19 +25,27 @@ class Reference:
     original's arithmetic (``compat=``): a new ``base`` (a Python double, raised to the
     original's exponents), a divisor of the ladder (``linear``: diffusers' ``linear_factor``),
     and ``pairs`` set to new frequencies (Python doubles assigned into the original's ladder:
-    RIFLEx). The default is the original's own table."""
+    RIFLEx), or vision YaRN's blend (``by_parts``: its ``factor``,
+    ``original_max_position_embeddings`` and four thresholds, DyPE's already times ``time **
+    2``: the official DyPE code's ``get_1d_rotary_pos_embed(..., yarn=True, dype=True)``). The
+    default is the original's own table."""
 
     base: float | None = None
     linear: float = 1.0
     pairs: Mapping[int, float] = field(default_factory=dict)
+    by_parts: Mapping[str, float] | None = None
 
     @property
     def forms(self) -> frozenset[str]:
-        """What it changes: ``"base"``, ``"linear"``, ``"pairs"``."""
-        changed = (self.base is not None, self.linear != 1.0, bool(self.pairs))
-        return frozenset(
-            f for f, on in zip(("base", "linear", "pairs"), changed, strict=True) if on
+        """What it changes: ``"base"``, ``"linear"``, ``"pairs"``, ``"by_parts"``."""
+        changed = (
+            self.base is not None,
+            self.linear != 1.0,
+            bool(self.pairs),
+            self.by_parts is not None,
         )
+        names = ("base", "linear", "pairs", "by_parts")
+        return frozenset(f for f, on in zip(names, changed, strict=True) if on)
 
 
 def ntk_reference(p: Params, d: int, base: float) -> Reference:
@@ -73,6 +81,32 @@ def lumina_time_reference(p: Params, d: int, base: float) -> Reference:
     if 1.0 - p["time"] < p["watershed"]:
         return Reference(linear=p["factor"])
     return Reference(base=base * p["factor"])
+
+
+def vision_yarn_reference(p: Params, d: int, base: float) -> Reference:
+    """Vision YaRN as the official DyPE code applies it with DyPE off (past the trained size
+    only)."""
+    return _by_parts_reference(p, 1.0)
+
+
+def dype_reference(p: Params, d: int, base: float) -> Reference:
+    """DyPE as its official code applies it: vision YaRN's thresholds times ``time ** 2``; at
+    time 0 that code divides by zero."""
+    if p["time"] == 0:
+        raise PosencError(
+            "rope_type 'dype' at time 0 as the official DyPE code computes it: its band "
+            "thresholds are 0 there, and it divides by zero; drop `compat` for the exact tables "
+            "(the trained ladder)"
+        )
+    return _by_parts_reference(p, p["time"] ** 2)
+
+
+def _by_parts_reference(p: Params, kappa: float) -> Reference:
+    if p["factor"] <= 1:
+        return Reference()
+    bands = {k: p[k] * kappa for k in ("beta_fast", "beta_slow", "gamma_fast", "gamma_slow")}
+    keys = ("factor", "original_max_position_embeddings")
+    return Reference(by_parts={**{k: float(p[k]) for k in keys}, **bands})
 
 
 def ntk(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
@@ -160,16 +194,27 @@ def _ramp(d: int, base: float, length: float, fast: float, slow: float) -> np.nd
     return np.clip((np.arange(n, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
 
 
-def _blend(p: Params, d: int, base: float, kappa: float) -> np.ndarray:
-    """Vision YaRN's frequencies, its band thresholds times ``kappa``: the trained ladder below
-    ``gamma_fast`` rotations, NTK-aware up to ``beta_fast``, position interpolation past
-    ``beta_slow``, linear ramps between."""
+def _blend(
+    p: Params,
+    d: int,
+    base: float,
+    kappa: float,
+    *,
+    schedule: Any = None,
+    global_factor: float | None = None,
+) -> np.ndarray:
+    """Vision YaRN's frequencies, its band thresholds times ``kappa`` (or each mapped by
+    ``schedule``): the trained ladder below ``gamma_fast`` rotations, NTK-aware (by
+    ``global_factor``, default ``factor``) up to ``beta_fast``, position interpolation (by
+    ``factor``) past ``beta_slow``, linear ramps between."""
     s, length = p["factor"], p["original_max_position_embeddings"]
+    at = schedule or (lambda r: r * kappa)
     omega = paper(d, base)
     pi = omega / s
-    ntk = paper(d, _aware_base(base, s, d)) if d > 2 else omega
-    beta = _ramp(d, base, length, p["beta_fast"] * kappa, p["beta_slow"] * kappa)
-    gamma = _ramp(d, base, length, p["gamma_fast"] * kappa, p["gamma_slow"] * kappa)
+    aware = s if global_factor is None else global_factor
+    ntk = paper(d, _aware_base(base, aware, d)) if d > 2 else omega
+    beta = _ramp(d, base, length, at(p["beta_fast"]), at(p["beta_slow"]))
+    gamma = _ramp(d, base, length, at(p["gamma_fast"]), at(p["gamma_slow"]))
     first = pi * beta + ntk * (1 - beta)
     blended: np.ndarray = first * gamma + omega * (1 - gamma)
     return blended
@@ -201,6 +246,23 @@ def dype(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarra
     (``time``: 1 pure noise, the ``timestep`` FLUX's pipeline passes), so the table returns to
     the trained one as the time goes to 0; the magnitude stays ``0.1 ln s + 1``."""
     return _by_parts(p, d, base, p["time"] ** 2)
+
+
+def dype_comfyui(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:
+    """ComfyUI-DyPE's ``vision_yarn`` (wildminder/ComfyUI-DyPE 2.3): vision YaRN whose four
+    thresholds are raised to ``k = dype_scale * time ** dype_exponent`` (not multiplied: as the
+    time goes to 0 they all go to 1, so the table keeps position interpolation past one
+    rotation and does not return to the trained ladder), interpolation by the axis' own
+    ``factor`` and NTK-aware by ``global_factor`` (the image's larger side over the trained
+    one; default ``factor``), magnitude ``1 + 0.1 ln(global_factor) * min(time /
+    dype_start_sigma, 1) ** dype_exponent``; the trained ladder where ``global_factor`` <= 1."""
+    glob = p["global_factor"] if p["global_factor"] is not None else p["factor"]
+    if glob <= 1:
+        return paper(d, base), 1.0
+    k = p["dype_scale"] * p["time"] ** p["dype_exponent"]
+    omega = _blend(p, d, base, 1.0, schedule=lambda r: r**k, global_factor=glob)
+    decay = min(p["time"] / p["dype_start_sigma"], 1.0) ** p["dype_exponent"]
+    return omega, 1.0 + 0.1 * math.log(glob) * decay
 
 
 def lumina_time(p: Params, d: int, base: float, seq_len: int | None) -> tuple[np.ndarray, float]:

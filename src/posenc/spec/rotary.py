@@ -122,6 +122,13 @@ class Rotary:
         return tuple(s.rule for s in self.scalings)
 
     @property
+    def bases(self) -> tuple[float, ...]:
+        """Each block's base (``axes_base``, or ``base`` for every block of ``axes_dim``;
+        ``(base,)`` without blocks): what a call given them gets whatever its preset's bases
+        (``axes_base`` None means the preset's own, not ``base``)."""
+        return self.axes_base or (self.base,) * len(self.axes_dim or (0,))
+
+    @property
     def ndim(self) -> int:
         """Position axes: 1, ``len(sections)``, ``len(axes_dim)``, or ``ladder_axes`` (a
         shared ladder: ``ltx``)."""
@@ -157,7 +164,7 @@ def _plan(rotary: Rotary, seq_len: int | None, label: str) -> Plan:
         blocks.append((np.repeat(ladder, a), np.tile(np.arange(a), n)))
     elif rotary.axes_dim is not None:
         scales = rotary.axes_scale or (1.0,) * len(rotary.axes_dim)
-        bases = rotary.axes_base or (rotary.base,) * len(rotary.axes_dim)
+        bases = rotary.bases
         rules = rotary.axes_scaling or (rotary.scaling,) * len(rotary.axes_dim)
         factors = [1.0] * len(rotary.axes_dim)
         for k, (dk, scale, base) in enumerate(zip(rotary.axes_dim, scales, bases, strict=True)):

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from posenc.errors import PosencError, check_bool, check_choice, check_int, check_real, show
+from posenc.errors import PosencError, check_choice, show
 from posenc.spec.extrapolation import (
     Reference,
     dype,
+    dype_comfyui,
+    dype_reference,
     imax,
     linear_reference,
     lumina_time,
@@ -34,8 +36,10 @@ from posenc.spec.extrapolation import (
     riflex_check,
     riflex_reference,
     vision_yarn,
+    vision_yarn_reference,
 )
 from posenc.spec.frequencies import paper
+from posenc.spec.scaling_keys import CHECKS, SHARED
 from posenc.spec.transformers_rules import (
     dynamic,
     dynamic32,
@@ -55,42 +59,6 @@ from posenc.spec.transformers_rules import (
 )
 
 Params = dict[str, Any]
-
-
-def _positive(name: str, v: Any) -> float:
-    return check_real(name, v, positive=True)
-
-
-def _length(name: str, v: Any) -> int:
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)  # JSON configs carry 4096.0 now and then
-    return check_int(name, v, minimum=1)
-
-
-def _factors(name: str, v: Any) -> tuple[float, ...]:
-    if not isinstance(v, list | tuple) or not v:
-        raise PosencError(f"`{name}` must be a list of positive numbers, got {show(v)}")
-    return tuple(_positive(f"{name}[{i}]", x) for i, x in enumerate(v))
-
-
-def _fraction(name: str, v: Any) -> float:
-    f = check_real(name, v)
-    if not 0 < f <= 1:
-        raise PosencError(f"`{name}` must be in (0, 1], got {show(v)}")
-    return f
-
-
-def _unit(name: str, v: Any) -> float:
-    f = check_real(name, v)
-    if not 0 <= f <= 1:
-        raise PosencError(f"`{name}` must be in [0, 1] (1: pure noise), got {show(v)}")
-    return f
-
-
-def _pairs(name: str, v: Any) -> tuple[int, ...]:
-    if not isinstance(v, list | tuple) or not v:
-        raise PosencError(f"`{name}` must be a list of 0-based pair indices, got {show(v)}")
-    return tuple(check_int(f"{name}[{i}]", x, minimum=0) for i, x in enumerate(v))
 
 
 @dataclass(frozen=True)
@@ -256,12 +224,29 @@ RULES: dict[str, Rule] = {
         None,
         requires_factor=True,
         origin="vision",
+        reference=vision_yarn_reference,
         from_grid=("original_max_position_embeddings", "factor"),
     ),
     "dype": Rule(
         ("factor", "original_max_position_embeddings", "time"),
         _VISION_BANDS,
         dype,
+        None,
+        requires_factor=True,
+        origin="vision",
+        reference=dype_reference,
+        from_grid=("original_max_position_embeddings", "factor"),
+    ),
+    "dype-comfyui": Rule(
+        ("factor", "original_max_position_embeddings", "time"),
+        {
+            **_VISION_BANDS,
+            "global_factor": None,
+            "dype_scale": 2.0,
+            "dype_exponent": 2.0,
+            "dype_start_sigma": 1.0,
+        },
+        dype_comfyui,
         None,
         requires_factor=True,
         origin="vision",
@@ -288,46 +273,6 @@ trained size (``origin="vision"``): all there is to know of each (see :class:`Ru
 
 DEFAULT = "default"
 """The ``rope_type`` of a dict (or config) that names none."""
-
-_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    **dict.fromkeys(
-        ("factor", "attention_factor"), lambda n, v: None if v is None else _positive(n, v)
-    ),
-    **dict.fromkeys(
-        ("mscale", "mscale_all_dim"), lambda n, v: None if v is None else check_real(n, v)
-    ),
-    "max_position_embeddings": lambda n, v: None if v is None else _length(n, v),
-    **dict.fromkeys(
-        ("beta_fast", "beta_slow"),  # 0: transformers' `or` takes the default
-        lambda n, v: None if v is None or v == 0 else _positive(n, v),
-    ),
-    "original_max_position_embeddings": _length,
-    "truncate": check_bool,
-    "short_factor": _factors,
-    "long_factor": _factors,
-    "low_freq_factor": _positive,
-    "high_freq_factor": _positive,
-    "partial_rotary_factor": _fraction,
-    "k": lambda n, v: check_int(n, v, minimum=1),
-    "repeats_at": _length,
-    **dict.fromkeys(("gamma_fast", "gamma_slow", "ntk_factor"), _positive),
-    **dict.fromkeys(("time", "watershed"), lambda n, v: _unit(n, v)),
-    "freq_id": lambda n, v: _pairs(n, v),
-    "length": _length,
-    "riflex_scale": _positive,
-    "always": check_bool,
-}
-
-SHARED = (
-    "rope_type",
-    "type",
-    "rope_theta",
-    "partial_rotary_factor",
-    "mrope_section",
-    "mrope_interleaved",
-    "max_position_embeddings",
-)
-"""Keys any rule's dict may carry: the type, and values that must agree with keywords."""
 
 
 @dataclass(frozen=True)
@@ -397,10 +342,10 @@ def parse_scaling(scaling: Any, name: str = "scaling") -> Scaling:
     for key in rule.required:
         if key not in scaling or (scaling[key] is None and key != "factor"):
             raise PosencError(f"`{name}['{key}']` is required by rope_type {kind!r}")
-        params[key] = _CHECKS[key](f"{name}['{key}']", scaling[key])
+        params[key] = CHECKS[key](f"{name}['{key}']", scaling[key])
     for key, default in rule.optional.items():
         value = scaling.get(key, default)
-        params[key] = default if value is None else _CHECKS[key](f"{name}['{key}']", value)
+        params[key] = default if value is None else CHECKS[key](f"{name}['{key}']", value)
     if rule.requires_factor and params["factor"] is None:
         raise PosencError(f"`{name}['factor']` is required by rope_type {kind!r}")
     if rule.check is not None:

@@ -5,7 +5,8 @@ arithmetic (:mod:`posenc.compat.diffusers`). Nothing is kept in the state dict."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,15 +21,18 @@ from posenc.spec.families.cogview4 import COGVIEW4
 from posenc.spec.families.cosmos import COSMOS
 from posenc.spec.families.ltx_video import LTX_VIDEO
 from posenc.spec.families.qwen_image import QWEN_IMAGE
+from posenc.torch._scaled import Scaled
 from posenc.torch.axial import AxialRotaryEmbedding
 
 
-class VideoRope(AxialRotaryEmbedding):
+class VideoRope(Scaled, AxialRotaryEmbedding):
     """The stand-in for a video rotary module: ``forward(hidden_states)`` with latents ``[B,
     C, F, H, W]``, the tables of the patched grid ``(F / p_t, H / p_h, W / p_w)``, in
     HunyuanVideo's form: ``[S, D]`` float32 on the latents' device (its module holds no
     tensor, so ``.to()`` changes nothing); Wan's is :class:`WanRope`. ``compat``: the
-    ``compat=`` mode of :func:`posenc.rope_grid` that repeats diffusers' arithmetic."""
+    ``compat=`` mode of :func:`posenc.rope_grid` that repeats diffusers' arithmetic. With a
+    rule past the trained size (:meth:`scale`), ``posenc.rope_grid(..., scaling=...)`` of
+    the grid."""
 
     def __init__(
         self,
@@ -61,13 +65,16 @@ class VideoRope(AxialRotaryEmbedding):
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         """``(cos, sin)`` of every token of the latents' patched grid."""
         shape = self.grid(hidden_states)
-        if self.compat is not None:
+        if self.scaling is not None:
+            cos, sin = self.tables(shape, None, partial(self.scaled_grid, shape))
+        elif self.compat is not None:
             cos, sin = rope_grid(
                 shape,
                 self.dim,
                 preset=self.preset,
                 axes_dim=self.rotary.axes_dim,
                 base=self.rotary.base,
+                axes_base=self.rotary.bases,
                 compat=self.compat,
                 dtype=torch.float32,
                 device=self._device,
@@ -80,6 +87,32 @@ class VideoRope(AxialRotaryEmbedding):
     def shaped(self, cos: Tensor, sin: Tensor, hidden_states: Tensor) -> tuple[Tensor, Tensor]:
         """The ``[S, D]`` tables as the original returns them: on the latents' device."""
         return cos.to(hidden_states.device), sin.to(hidden_states.device)
+
+    def scaled_grid(
+        self, shape: Sequence[int], rules: Any, step: Any = None
+    ) -> tuple[Tensor, Tensor]:
+        """The tables of the grid ``shape`` under ``rules`` (``posenc.rope_grid``'s
+        ``scaling``), exact or in the ``compat`` arithmetic, in the module's dtype."""
+        r = self.rotary
+        cos, sin = rope_grid(
+            tuple(shape),
+            self.dim,
+            preset=self.preset,
+            axes_dim=r.axes_dim,
+            base=r.base,
+            axes_base=r.bases,
+            scaling=rules,
+            step=step,
+            compat=self.compat,
+            dtype=torch.float32 if self.compat is not None else self._dtype,
+            device=self._device,
+        )
+        return cos.to(self._dtype), sin.to(self._dtype)
+
+    def trial(self, grid: tuple[int, ...]) -> None:
+        k = self.rotary.ndim
+        shape = grid if len(grid) == k else (1,) * k
+        self.tables(shape, None, partial(self.scaled_grid, shape))
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
         __call__ = forward  # type: ignore[assignment]
@@ -109,7 +142,7 @@ class VideoRope(AxialRotaryEmbedding):
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"{super().extra_repr()}, patch_size={self.patch_size}{mode}"
+        return f"{super().extra_repr()}, patch_size={self.patch_size}{mode}{self.scaling_words()}"
 
 
 class WanRope(VideoRope):
@@ -157,7 +190,10 @@ class CosmosRope(VideoRope):
         """``(cos, sin)`` of every token of the latents' patched grid."""
         shape = self.grid(hidden_states)
         step = 1.0 if fps is None else self.base_fps / fps
-        if self.compat is None and step == 1.0:
+        if self.scaling is not None:
+            steps = (step, 1.0, 1.0)
+            cos, sin = self.tables(shape, steps, partial(self.scaled_grid, shape, step=steps))
+        elif self.compat is None and step == 1.0:
             cos, sin = AxialRotaryEmbedding.forward(self, shape, dtype=torch.float32)
         else:
             r = self.rotary
@@ -166,7 +202,7 @@ class CosmosRope(VideoRope):
                 self.dim,
                 preset=COSMOS.name,
                 axes_dim=r.axes_dim,
-                axes_base=r.axes_base,
+                axes_base=r.bases,
                 step=(step, 1.0, 1.0),
                 dtype=torch.float32,
                 device=self._device,
@@ -175,20 +211,24 @@ class CosmosRope(VideoRope):
         return cos.to(hidden_states.device), sin.to(hidden_states.device)
 
 
-class QwenImageRope(nn.Module):
+class QwenImageRope(Scaled, nn.Module):
     """The stand-in for diffusers' ``QwenEmbedRope``: ``forward(video_fhw, device,
     max_txt_seq_len)`` -> ``(video, text)`` complex64 tables ``[S, 64]``, ``[L, 64]``: image
     ``i`` of ``video_fhw`` at frames from ``i``, rows and columns centred (``scale_rope``) or
-    from 0; the text at ``M + j`` on every axis, ``M`` the images' largest half-side (side)."""
+    from 0; the text at ``M + j`` on every axis, ``M`` the images' largest half-side (side).
+    With a rule past the trained size (:meth:`scale`), the rule as the first image's grid
+    sets it, on every image and the text."""
 
     def __init__(
         self, theta: float, axes_dim: tuple[int, ...], scale_rope: bool, compat: str | None = None
     ) -> None:
         super().__init__()
         self.theta, self.axes_dim, self.scale_rope = theta, tuple(axes_dim), scale_rope
-        self.compat = compat
+        self.compat, self.preset = compat, QWEN_IMAGE.name
 
-    def _table(self, shape: tuple[int, ...], start: tuple[float, ...], device: Any) -> Tensor:
+    def _table(
+        self, shape: tuple[int, ...], start: tuple[float, ...], device: Any, rules: Any
+    ) -> Tensor:
         cos, sin = rope_grid(
             shape,
             sum(self.axes_dim),
@@ -197,6 +237,7 @@ class QwenImageRope(nn.Module):
             axes_dim=self.axes_dim,
             layout="compact",
             start=start,
+            scaling=rules,
             compat=self.compat,
             dtype=torch.float32,
             device=device,
@@ -209,12 +250,30 @@ class QwenImageRope(nn.Module):
         """The tables of the images of ``video_fhw`` and of ``max_txt_seq_len`` text tokens."""
         if max_txt_seq_len is None:
             raise PosencError("`max_txt_seq_len` must be given (QwenEmbedRope's rule)")
+        return self.run(video_fhw, int(max_txt_seq_len), device)
+
+    def run(self, video_fhw: Any, n: int, device: Any) -> tuple[Tensor, Tensor]:
+        """The tables of the images of ``video_fhw`` and of ``n`` text tokens (:meth:`_tables`),
+        under the rule past the trained size where there is one."""
         device = torch.device("cpu") if device is None else device
         shapes = self.shapes(video_fhw)
-        images = [self._image(shape, idx, device) for idx, shape in enumerate(shapes)]
+        if self.scaling is None:
+            return self._tables(shapes, n, device, None)
+        make = partial(self._tables, shapes, n, device)
+        return self.tables(shapes[0], (tuple(shapes), n, str(device)), make)  # type: ignore[no-any-return]
+
+    def _tables(
+        self, shapes: list[tuple[int, ...]], n: int, device: Any, rules: Any
+    ) -> tuple[Tensor, Tensor]:
+        """Each image's table from frame ``i``, then the text's after the largest half-side."""
+        images = [self._image(shape, idx, device, rules) for idx, shape in enumerate(shapes)]
         largest = max(side for _, side in images)
         table = torch.cat([t for t, _ in images], dim=0)
-        return table, self._text(largest, int(max_txt_seq_len), device)
+        return table, self._text(largest, n, device, rules)
+
+    def trial(self, grid: tuple[int, ...]) -> None:
+        shape = grid if len(grid) == 3 else (1, 1, 1)
+        self.tables(shape, None, partial(self._tables, [shape], 1, torch.device("cpu")))
 
     def shapes(self, video_fhw: Any) -> list[tuple[int, ...]]:
         """The ``(F, H, W)`` of each image of ``video_fhw`` (the first batch item's list),
@@ -232,18 +291,20 @@ class QwenImageRope(nn.Module):
             for label, fhw in zip(names, video_fhw, strict=True)
         ]
 
-    def _image(self, fhw: tuple[int, ...], frame: int, device: Any) -> tuple[Tensor, int]:
+    def _image(
+        self, fhw: tuple[int, ...], frame: int, device: Any, rules: Any = None
+    ) -> tuple[Tensor, int]:
         """One image's table, its frames from ``frame``, and its half-side (its side without
         ``scale_rope``): what the text positions start after."""
         f, h, w = fhw
         start = (frame, -(h - h // 2), -(w - w // 2)) if self.scale_rope else (frame, 0, 0)
         side = max(h // 2, w // 2) if self.scale_rope else max(h, w)
-        return self._table((f, h, w), tuple(float(v) for v in start), device), side
+        return self._table((f, h, w), tuple(float(v) for v in start), device, rules), side
 
-    def _text(self, first: int, n: int, device: Any) -> Tensor:
+    def _text(self, first: int, n: int, device: Any, rules: Any = None) -> Tensor:
         """The text tokens' table: positions ``first + j`` on every axis."""
         pos = torch.arange(first, first + n, device=device)
-        if self.compat is not None:
+        if self.compat is not None:  # a rule is refused by the images' replay, made first
             rows = [original.qwen_image_rows(pos, d, self.theta) for d in self.axes_dim]
             return torch.cat(rows, dim=1)
         cos, sin = rope(
@@ -252,13 +313,14 @@ class QwenImageRope(nn.Module):
             base=self.theta,
             axes_dim=self.axes_dim,
             layout="compact",
+            scaling=rules,
             dtype=torch.float32,
         )
         return torch.complex(cos, sin)
 
     def extra_repr(self) -> str:
         mode = "" if self.compat is None else f", compat={self.compat!r}"
-        return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{mode}"
+        return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{mode}{self.scaling_words()}"
 
 
 class LTXRope(nn.Module):

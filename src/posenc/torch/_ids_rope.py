@@ -1,21 +1,28 @@
-"""The stand-ins :func:`posenc.torch.patch` puts in place of diffusers' id rotary modules that
-are not FLUX's form (the recognisers are in ``_patch_diffusers_ids.py``): HiDream's and PRX's
+"""The stand-ins :func:`posenc.torch.patch` puts in place of diffusers' id rotary modules (the
+recognisers are in ``_patch_diffusers.py`` for FLUX's form, ``_patch_diffusers_ids.py`` for
+the others): FLUX's ``(cos, sin)`` (and a rule past the trained size), HiDream's and PRX's
 rotation matrices, Ernie-Image's angles. Each is called as its original is and returns what
 its model consumes, exact (posenc's tables) or, with ``compat``, diffusers' own arithmetic
-(:mod:`posenc.compat.diffusers_ids`). Nothing is kept in the state dict."""
+(:mod:`posenc.compat.diffusers`, :mod:`posenc.compat.diffusers_ids`; the official DyPE code's,
+:mod:`posenc.compat.dype`). Nothing is kept in the state dict."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from posenc.api.rope import rope
+from posenc.compat import diffusers, dype
 from posenc.compat import diffusers_ids as original
+from posenc.compat.grid import GridCall, references
 from posenc.errors import PosencError
-from posenc.spec.rotary import rotary
+from posenc.spec.families import flux
+from posenc.spec.rotary import rotary, with_axes_scaling
+from posenc.torch._scaled import Scaled
 
 
 def _mode(compat: str | None) -> str:
@@ -121,3 +128,90 @@ class ErnieRope(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, theta={self.theta}, axes_dim={self.axes_dim}{_mode(self.compat)}"
+
+
+class AxialRope(Scaled, nn.Module):
+    """The stand-in for diffusers' ``FluxPosEmbed(theta, axes_dim)``: ``forward(ids)`` with
+    ``ids`` ``[N, n]``, ``(cos, sin)`` ``[N, sum(axes_dim)]`` float32, each axis's block
+    interleaved (``cos[:, 2i] == cos[:, 2i + 1]``); exact (``posenc.rope(ids, ...,
+    axes_dim=...)``) or, with ``compat="original"``, diffusers' float64 arithmetic. With a
+    rule past the trained size (:meth:`scale`), the rule at the grid the ids span (each
+    axis' largest id minus its smallest, plus one: FLUX's ``max + 1``), exact, or with
+    ``compat`` as the official DyPE code computes it (``"dype"``, ``"vision-yarn"``)."""
+
+    def __init__(
+        self,
+        theta: float,
+        axes_dim: Sequence[int],
+        every_axis: bool,
+        compat: str | None = None,
+        preset: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.theta, self.axes_dim = theta, axes_dim
+        self.every_axis, self.compat, self.preset = every_axis, compat, preset
+        rope(
+            torch.zeros(1, len(axes_dim)),
+            sum(axes_dim),
+            base=float(theta),
+            layout="interleaved",
+            axes_dim=tuple(axes_dim),
+        )  # checked now
+
+    def forward(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)`` of the ids ``[N, n]``."""
+        n = len(self.axes_dim) if self.every_axis else ids.shape[-1]
+        if n > len(self.axes_dim):
+            raise PosencError(f"`ids` has {n} axes, more than axes_dim {list(self.axes_dim)}")
+        ids, axes = ids[..., :n], tuple(self.axes_dim[:n])
+        if self.scaling is not None:
+            return self._scaled(ids, axes)  # type: ignore[no-any-return]
+        if self.compat is not None:
+            return diffusers.axial_rope(ids, self.theta, axes)
+        return self._exact(ids, axes, None)
+
+    def _exact(self, ids: Tensor, axes: tuple[int, ...], rules: Any) -> tuple[Tensor, Tensor]:
+        cos, sin = rope(
+            ids,
+            sum(axes),
+            base=float(self.theta),
+            layout="interleaved",
+            axes_dim=axes,
+            scaling=rules,
+            dtype=torch.float32,
+        )
+        return cos, sin
+
+    @torch.compiler.disable
+    def _scaled(self, ids: Tensor, axes: tuple[int, ...]) -> Any:
+        flat = ids.detach().reshape(-1, ids.shape[-1])
+        spans = (flat.amax(0) - flat.amin(0) + 1).tolist() if flat.numel() else [0] * len(axes)
+        key = (tuple(ids.shape), str(ids.device), hash(flat.cpu().numpy().tobytes()))
+        make = self._exact if self.compat is None else self._official
+        return self.tables([int(v) for v in spans], key, partial(make, ids, axes))
+
+    def _official(self, ids: Tensor, axes: tuple[int, ...], rules: Any) -> tuple[Tensor, Tensor]:
+        """The rule as the official DyPE code applies it in FLUX's arithmetic (``"dype"``,
+        ``"vision-yarn"``: :func:`posenc.compat.dype.official`); any other is refused."""
+        if not isinstance(rules, tuple):
+            raise PosencError(
+                f"`scaling` with compat: one rule for the whole table ({rules!r}) is not how a "
+                "reference applies it; give one rule per id column, or drop compat for the "
+                "rule's exact tables"
+            )
+        r = rotary(sum(axes), base=float(self.theta), layout="interleaved", axes_dim=axes)
+        r = with_axes_scaling(r, rules[: len(axes)])
+        call = GridCall(flux.FLUX.name, "original", (), r, tuple(range(len(axes))), (), ())
+        return dype.official(ids, self.theta, axes, references(call, ("by_parts",)))
+
+    def trial(self, grid: tuple[int, ...]) -> None:
+        dims = grid if len(grid) == len(self.axes_dim) else (1,) * len(self.axes_dim)
+        mesh = torch.meshgrid(*(torch.arange(n, dtype=torch.float32) for n in dims), indexing="ij")
+        self._scaled(torch.stack(mesh, -1).reshape(-1, len(dims)), tuple(self.axes_dim))
+
+    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
+        __call__ = forward
+
+    def extra_repr(self) -> str:
+        words = self.scaling_words()
+        return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{_mode(self.compat)}{words}"

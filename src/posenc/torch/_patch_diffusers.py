@@ -16,13 +16,12 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from posenc.api.rope import rope
 from posenc.compat import diffusers as original
 from posenc.errors import PosencError
 from posenc.spec.families import flux
@@ -37,6 +36,7 @@ from posenc.torch import (
 )
 from posenc.torch import _patch_transformers_tables as fixed_tables
 from posenc.torch._checkpoint import _problem, check_saved_table
+from posenc.torch._ids_rope import AxialRope
 from posenc.torch._patching import (
     Found,
     Recogniser,
@@ -320,51 +320,6 @@ FLUX_FORMS = {
 (True) or the first ``ids.shape[-1]`` (False, FLUX.1's)."""
 
 
-class AxialRope(nn.Module):
-    """The stand-in for diffusers' ``FluxPosEmbed(theta, axes_dim)``: ``forward(ids)`` with
-    ``ids`` ``[N, n]``, ``(cos, sin)`` ``[N, sum(axes_dim)]`` float32, each axis's block
-    interleaved (``cos[:, 2i] == cos[:, 2i + 1]``); exact (``posenc.rope(ids, ...,
-    axes_dim=...)``) or, with ``compat="original"``, diffusers' float64 arithmetic."""
-
-    def __init__(
-        self, theta: float, axes_dim: Sequence[int], every_axis: bool, compat: str | None = None
-    ) -> None:
-        super().__init__()
-        self.theta, self.axes_dim = theta, axes_dim
-        self.every_axis, self.compat = every_axis, compat
-        rope(
-            torch.zeros(1, len(axes_dim)),
-            sum(axes_dim),
-            base=float(theta),
-            layout="interleaved",
-            axes_dim=tuple(axes_dim),
-        )  # checked now
-
-    def forward(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """``(cos, sin)`` of the ids ``[N, n]``."""
-        n = len(self.axes_dim) if self.every_axis else ids.shape[-1]
-        if n > len(self.axes_dim):
-            raise PosencError(f"`ids` has {n} axes, more than axes_dim {list(self.axes_dim)}")
-        ids, axes = ids[..., :n], tuple(self.axes_dim[:n])
-        if self.compat is not None:
-            return original.axial_rope(ids, self.theta, axes)
-        cos, sin = rope(
-            ids,
-            sum(axes),
-            base=float(self.theta),
-            layout="interleaved",
-            axes_dim=axes,
-            dtype=torch.float32,
-        )
-        return cos, sin
-
-    if TYPE_CHECKING:  # calls typed as forward's, for type checkers
-        __call__ = forward
-
-    def extra_repr(self) -> str:
-        return f"theta={self.theta}, axes_dim={list(self.axes_dim)}{_mode(self.compat)}"
-
-
 @by_class(flux.IDS)
 def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """FLUX's ``FluxPosEmbed`` (and its copies), measured at ids ``0 … 1023`` on every axis."""
@@ -377,7 +332,8 @@ def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            return AxialRope(theta, axes, FLUX_FORMS[name], compat)
+            preset = flux.FLUX.name if name == "FluxPosEmbed" else None  # FLUX.1's training
+            return AxialRope(theta, axes, FLUX_FORMS[name], compat, preset)
         except PosencError as err:
             return f"not covered: {err}"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -90,7 +91,7 @@ class HunyuanGridRope(VideoRope):
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         """``(cos, sin)`` of every token of the latents' patched grid."""
-        if self.compat is None:
+        if self.compat is None or self.scaling is not None:
             return super().forward(hidden_states)
         device = hidden_states.device
         pos = [
@@ -178,6 +179,14 @@ class ChronoEditRope(WanRope):
         )
         self.rows, self.temporal_skip_len = rows, skip
 
+    def trial(self, grid: tuple[int, ...]) -> None:
+        if self.compat is not None:
+            raise PosencError(
+                "ChronoEditRotaryPosEmbed: no reference applies a rule past the trained size to "
+                "its edit frames; patch without compat for the rule's exact tables"
+            )
+        super().trial(grid)
+
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         """``(cos, sin)`` of every token of the latents' patched grid."""
         if hidden_states.shape[2] != 2:
@@ -190,7 +199,11 @@ class ChronoEditRope(WanRope):
             )
         last = min(self.temporal_skip_len, self.rows) - 1  # diffusers' [:skip][[0, -1]]
         r = self.rotary
-        if self.compat is not None:
+        if self.scaling is not None:
+            step = (float(last), 1.0, 1.0)
+            make = partial(self.scaled_grid, (2, h, w), step=step)
+            cos, sin = self.tables((2, h, w), step, make)
+        elif self.compat is not None:
             wide = torch.float64 if self.compat == "diffusers" else torch.float32
             dev = self._device
             pos = [
@@ -303,16 +316,22 @@ class QwenVariantRope(QwenImageRope):
         n_text, device = given.get("max_txt_seq_len"), given.get("device")
         if n_text is None:
             raise PosencError("`max_txt_seq_len` must be given (the original's rule)")
-        device = torch.device("cpu") if device is None else device
-        shapes = self.shapes(video_fhw)
+        return self.run(video_fhw, int(n_text), device)
+
+    def _tables(
+        self, shapes: list[tuple[int, ...]], n: int, device: Any, rules: Any
+    ) -> tuple[Tensor, Tensor]:
+        """The images at their variant's frames, the text after the variant's side."""
         last = len(shapes) - 1
         images = [
-            self._image(shape, -1 if self.variant == "layered" and idx == last else idx, device)
+            self._image(
+                shape, -1 if self.variant == "layered" and idx == last else idx, device, rules
+            )
             for idx, shape in enumerate(shapes)
         ]
         sides = [side for _, side in images]
         largest = sides[-1] if self.variant == "nucleus" else max(*sides, last)
-        return torch.cat([t for t, _ in images], dim=0), self._text(largest, int(n_text), device)
+        return torch.cat([t for t, _ in images], dim=0), self._text(largest, n, device, rules)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, variant={self.variant!r}"

@@ -110,7 +110,7 @@ class AxialRotaryEmbedding(_Tracked):
         self.step = per_axis("step", step, k, 1.0)
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
         scales = r.axes_scale or (1.0,) * k
-        bases = r.axes_base or (r.base,) * k
+        bases = r.bases
         self._plans = [  # each block alone: one column per frequency, [cos | sin]
             dataclasses.replace(
                 r, dim=d, axes_dim=(d,), axes_scale=(s,), axes_base=(b,), layout="compact", blocks=1
@@ -161,7 +161,7 @@ class AxialRotaryEmbedding(_Tracked):
                 blocks=r.blocks,
                 axes_dim=r.axes_dim,
                 axes_scale=r.axes_scale,
-                axes_base=r.axes_base,
+                axes_base=r.bases,
                 block_axes=self.block_axes,
                 start=start,
                 step=step,

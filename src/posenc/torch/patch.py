@@ -11,6 +11,8 @@ from typing import Any
 from torch import nn
 
 from posenc.errors import PosencError, check_bool, check_choice
+from posenc.spec.families import FAMILIES
+from posenc.spec.families.base import Audit
 from posenc.torch import (
     _patch_diffusers,
     _patch_hf_axial,
@@ -33,6 +35,7 @@ from posenc.torch._patching import (
     library_of,
 )
 from posenc.torch._placing import placed, put, take_back, unwritable
+from posenc.torch._scaled import Scaled, check_scaling
 
 RECOGNISERS: tuple[Recogniser, ...] = (
     *_patch_timm.RECOGNISERS,
@@ -128,7 +131,13 @@ def _cells(r: Replacement, action: str) -> tuple[str, ...]:
     return (r.path or "(root)", r.original, r.replacement or "-", r.mode or alone, diff)
 
 
-def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False) -> PatchReport:
+def patch(
+    model: nn.Module,
+    *,
+    compat: str | None = None,
+    scaling: dict[str, Any] | tuple[dict[str, Any] | None, ...] | None = None,
+    dry_run: bool = False,
+) -> PatchReport:
     """Replace the positional modules of a loaded model in place by exact posenc modules.
 
     Every module posenc reproduces is replaced at its own attribute path, so the model's
@@ -151,6 +160,22 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
             unchanged: in float32, under autocast and after ``.to(torch.bfloat16)``); a
             module whose original numbers posenc cannot repeat is left alone, saying why.
             Default: exact.
+        scaling: a rule past the trained size for the rotary modules of the diffusers image
+            and video transformers posenc covers (Wan, HunyuanVideo, Cosmos, Qwen-Image,
+            FLUX), as :func:`posenc.rope_grid` takes it: one rule, or one per grid axis
+            (``(frames, rows, columns)``; FLUX's ids ``(t, row, col)``) with None for an axis
+            left as it is: ``({"rope_type": "riflex"}, None, None)``, ``(None, {"rope_type":
+            "dype"}, {"rope_type": "dype"})``. Each call makes the tables of its grid under
+            the rule, what it lacks taken from that grid and the family's trained size
+            (RIFLEx's length and pair; DyPE's and vision YaRN's trained extent and scale). A
+            rule that follows the diffusion time (``"dype"``, ``"lumina-time"``) reads it from
+            the ``timestep`` the model's forward receives (over its value at pure noise: 1000
+            for Wan, HunyuanVideo; 1 for FLUX and Qwen-Image, whose pipelines pass it over
+            1000), so a patched ``pipe.transformer`` follows every step. With
+            ``compat="original"``, the rule as its reference code applies it where one does
+            (RIFLEx on Wan and HunyuanVideo, Cosmos' ``rope_scale``); otherwise refused. A
+            rule no rotary module of the model takes is an error, raised before anything
+            changes. Patching again with another rule (or none) switches to it.
         dry_run: change nothing; the report says what would be replaced.
 
     Returns:
@@ -173,18 +198,24 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
     """
     _check_model(model)
     compat = None if compat is None else check_choice("compat", compat, ("original",))
+    scaling = None if scaling is None else check_scaling(scaling)
     dry_run = check_bool("dry_run", dry_run)
     mode = EXACT if compat is None else COMPAT
     report = PatchReport(compat=compat, dry_run=dry_run)
     done: list[str] = []  # paths whose insides are not walked
+    found_at: list[tuple[str, nn.Module, Found | None]] = []  # None: a stand-in to switch
+    kept = False  # a stand-in in place already applies `scaling`
     for path, module in list(model.named_modules()):
         if any(path == d or path.startswith(d + ".") for d in done):
             continue
         if is_posenc(module):
             done.append(path)
             record = placed(module)
-            if record is not None and record.mode != mode:
-                report.append(_switch(model, path, module, compat, dry_run))
+            if record is not None and (
+                record.mode != mode or getattr(module, "scaling", scaling) != scaling
+            ):
+                found_at.append((path, module, None))
+            kept = kept or (isinstance(module, Scaled) and module.scaling == scaling)
             continue
         found = _recognise(path, module, model)
         if found is None:
@@ -193,8 +224,74 @@ def patch(model: nn.Module, *, compat: str | None = None, dry_run: bool = False)
             done.append(path)
             if not path:
                 found = Found(found.original, note="the model itself: patch a module holding it")
-        report.append(_apply(model, path, module, found, compat, dry_run))
+        found_at.append((path, module, found))
+    if scaling is not None and not kept:
+        _check_scaling(model, found_at, compat, scaling)
+    for path, module, found in found_at:
+        if found is None:
+            report.append(_switch(model, path, module, compat, scaling, dry_run))
+        else:
+            report.append(_apply(model, path, module, found, compat, scaling, dry_run))
     return report
+
+
+def _check_scaling(
+    root: nn.Module,
+    found_at: list[tuple[str, nn.Module, Found | None]],
+    compat: str | None,
+    scaling: Any,
+) -> None:
+    """Refuse ``scaling`` before anything changes: where a rotary module that takes a rule
+    cannot apply it (naming the module), or where no module of the model takes one."""
+    taken = False
+    for path, module, found in found_at:
+        if found is None:  # a stand-in placed before: its original is asked again
+            record = placed(module)
+            assert record is not None
+            if record.attribute is None:
+                found = _recognise(path, record.original, root)
+            else:
+                path = path.rpartition(".")[0]
+                found = _recognise(path, root.get_submodule(path), root)
+        if found is None or found.build is None:
+            continue
+        new = found.build(compat)
+        if not isinstance(new, Scaled):
+            continue
+        try:
+            new.scale(scaling)
+            handle = new.clocked(root, path)
+        except PosencError as err:
+            raise PosencError(f"`scaling` on {path} ({found.original}): {err}") from None
+        if handle is not None:
+            handle.remove()
+        taken = True
+    if not taken:
+        fed = [
+            f"{name}'s tables are made by its pipeline and passed to its forward: pass "
+            f"posenc.rope_grid(shape, dim, preset={preset!r}, scaling=...) there; "
+            for name, preset in _fed(root)
+        ][:1]
+        raise PosencError(
+            f"`scaling`: no rotary module of this model takes a rule past the trained size (the "
+            "grid and id modules of diffusers' Wan, HunyuanVideo, Cosmos, Qwen-Image and FLUX "
+            f"do); {''.join(fed)}got scaling={scaling!r}"
+        )
+
+
+def _fed(root: nn.Module) -> list[tuple[str, str]]:
+    """The modules of ``root`` whose rotary tables their pipeline makes (their family
+    record's audit says ``fix="pipeline"``: CogVideoX, HunyuanDiT, Allegro), with the preset
+    of those tables."""
+    pipelines = {
+        (model, audit.preset.name)
+        for record in FAMILIES.values()
+        for audit in record.audits
+        if isinstance(audit, Audit) and audit.fix == "pipeline"
+        for model in audit.models
+    }
+    names = {type(m).__name__ for m in root.modules()}
+    return sorted((name, preset) for name, preset in pipelines if name in names)
 
 
 def unpatch(model: nn.Module) -> PatchReport:
@@ -270,7 +367,7 @@ def _measure(root: nn.Module, found: Found, new: nn.Module) -> tuple[float, bool
 
 
 def _switch(
-    root: nn.Module, path: str, new: nn.Module, compat: str | None, dry: bool
+    root: nn.Module, path: str, new: nn.Module, compat: str | None, scaling: Any, dry: bool
 ) -> Replacement:
     """A stand-in of the other mode: its original back, then patched in this mode (a dry
     run puts the stand-in back after)."""
@@ -284,7 +381,7 @@ def _switch(
     found = _recognise(owner_path, owner, root)
     if found is None:  # cannot happen: it was recognised when patched
         found = Found(type(owner).__name__, note="no longer recognised: the original is back")
-    row = _apply(root, owner_path, owner, found, compat, dry)
+    row = _apply(root, owner_path, owner, found, compat, scaling, dry)
     if dry:
         put(root, owner, record.attribute, new, mode=record.mode, description=record.description)
     if not row.replaced:
@@ -294,9 +391,16 @@ def _switch(
 
 
 def _apply(
-    root: nn.Module, path: str, module: nn.Module, found: Found, compat: str | None, dry: bool
+    root: nn.Module,
+    path: str,
+    module: nn.Module,
+    found: Found,
+    compat: str | None,
+    scaling: Any,
+    dry: bool,
 ) -> Replacement:
-    """Measure, build and (unless ``dry``) put the replacement in place; the report's row."""
+    """Measure, build and (unless ``dry``) put the replacement in place (with ``scaling``,
+    where it takes a rule); the report's row."""
     where = ".".join(p for p in (path, found.attribute) if p)
     if found.build is None or found.numbers is None or found.probe is None:
         return Replacement(where, found.original, "", None, None, found.note)
@@ -323,7 +427,16 @@ def _apply(
     if problem is not None:
         return Replacement(where, found.original, "", None, diff, f"{problem}: left alone")
     mode = EXACT if compat is None else COMPAT
-    row = Replacement(where, found.original, found.description, mode, diff, note)
+    description = found.description
+    if scaling is not None and isinstance(new, Scaled):
+        new.scale(scaling)  # checked by _check_scaling
+        description += new.scaling_words()
+    row = Replacement(where, found.original, description, mode, diff, note)
     if not dry:
-        put(root, module, found.attribute, new, mode=mode, description=found.description)
+        put(root, module, found.attribute, new, mode=mode, description=description)
+        handle = new.clocked(root, where) if isinstance(new, Scaled) else None
+        if handle is not None:
+            record = placed(new)
+            assert record is not None
+            record.handles.append(handle)
     return row

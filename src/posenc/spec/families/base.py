@@ -132,6 +132,11 @@ class Trained:
         extend: per grid axis, the rule that extends it past the trained size as the
             family's references do (``posenc audit --size`` prints it); default: RIFLEx on
             the frames of a family whose videos repeat, vision YaRN on rows and columns.
+        noise_timestep: the ``timestep`` its diffusers transformer's forward receives at pure
+            noise (the diffusion time 1, from which a rule that follows the time reads it in
+            a patched model): 1000 where the pipeline passes the scheduler's timesteps (Wan,
+            HunyuanVideo, CogVideoX), 1 where it passes them over 1000 (FLUX, Qwen-Image) or
+            ``sigma / (sigma + 1)`` (Cosmos 2); None where posenc has not read it.
     """
 
     preset: RotaryPreset
@@ -139,6 +144,7 @@ class Trained:
     repeats_at: int | None = None
     source: str = ""
     extend: tuple[str, ...] = ()
+    noise_timestep: float | None = None
 
 
 @dataclass(frozen=True)

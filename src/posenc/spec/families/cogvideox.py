@@ -70,6 +70,7 @@ FAMILY = Family(
             (13, 30, 45),
             20,
             "49 frames of 480 x 720 (CogVideoX-5B); RIFLEx's pair 2, period 20 latent frames",
+            noise_timestep=1000.0,
         ),
     ),
     docs=(

@@ -150,7 +150,13 @@ FAMILY = Family(
         _audit(("HiDreamImageTransformer2DModel",), HIDREAM, "HiDreamImageEmbedND"),
     ),
     trained=(
-        Trained(FLUX, (None, 64, 64), None, "1024 x 1024 px: 64 x 64 tokens (FLUX.1, DyPE's L)"),
+        Trained(
+            FLUX,
+            (None, 64, 64),
+            None,
+            "1024 x 1024 px: 64 x 64 tokens (FLUX.1, DyPE's L)",
+            noise_timestep=1.0,
+        ),
     ),
     docs=(
         Row(

@@ -89,6 +89,7 @@ FAMILY = Family(
             (33, 45, 80),
             48,
             "129 frames of 720p; RIFLEx saw its videos repeat at 48 latent frames (pair 4)",
+            noise_timestep=1000.0,
         ),
     ),
     docs=(

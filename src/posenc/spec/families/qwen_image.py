@@ -58,7 +58,11 @@ FAMILY = Family(
             },
         ),
     ),
-    trained=(Trained(QWEN_IMAGE, (None, 83, 83), None, "1328 x 1328 px: 83 x 83 tokens"),),
+    trained=(
+        Trained(
+            QWEN_IMAGE, (None, 83, 83), None, "1328 x 1328 px: 83 x 83 tokens", noise_timestep=1.0
+        ),
+    ),
     docs=(
         Row(
             QWEN_IMAGE,

@@ -76,6 +76,7 @@ FAMILY = Family(
             51,
             "81 frames of 720p (Wan 2.1 14B); RIFLEx's pair 6 (ComfyUI-WanVideoWrapper's "
             "default), period 51 latent frames",
+            noise_timestep=1000.0,
         ),
     ),
     docs=(
