@@ -6,7 +6,9 @@
   in that section (``diffusers grids``, ``diffusers ids``, ``transformers``, ``timm``), read
   from their records (:mod:`posenc.spec.families`, each record's ``docs`` rows);
   ``<!-- families:patch -->`` what ``patch`` replaces of each family (its classes, its
-  presets), ``<!-- families:audit -->`` what ``posenc audit`` measures of each.
+  presets), ``<!-- families:audit -->`` what ``posenc audit`` measures of each,
+  ``<!-- families:trained -->`` the size each was trained at and the ``timestep`` its
+  transformer receives at pure noise (what the rules past the trained size read).
 - ``<!-- gallery -->`` becomes the figure gallery: every script in ``docs/gallery/`` is run at
   build time; its docstring gives the section's title and text, its ``figures()`` yields
   ``(group, stem, caption, figure)``, each figure is written as ``gallery/<stem>.png``, and
@@ -95,6 +97,27 @@ def _patched() -> str:
     return "\n".join(rows)
 
 
+def _trained() -> str:
+    """The size each preset's models were trained at, and its ``timestep`` at pure noise."""
+    rows = [
+        "| preset | trained at (tokens per axis) | its videos repeat at | `timestep` at pure "
+        "noise (time 1) | source |",
+        "|---|---|---|---|---|",
+    ]
+    for f in FAMILIES.values():
+        for t in f.trained:
+            grid = " x ".join("any" if n is None else str(n) for n in t.grid)
+            repeats = "" if t.repeats_at is None else f"{t.repeats_at} latent frames"
+            noise = (
+                "not read: give the rule its `time`"
+                if t.noise_timestep is None
+                else f"{t.noise_timestep:g} (time = `timestep / {t.noise_timestep:g}`)"
+            )
+            cells = (f"`{t.preset.name}`", grid, repeats, noise, t.source)
+            rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(rows)
+
+
 def _audited() -> str:
     """What ``posenc audit`` measures of each family from a config alone."""
     rows = [
@@ -174,5 +197,6 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         markdown = markdown.replace(f"<!-- presets:{kind} -->", _table(kind))
     markdown = markdown.replace("<!-- families:patch -->", _patched())
     markdown = markdown.replace("<!-- families:audit -->", _audited())
+    markdown = markdown.replace("<!-- families:trained -->", _trained())
     markdown = re.sub(r"<!-- families:([a-z ]+) -->", lambda m: _families(m.group(1)), markdown)
     return markdown.replace("<!-- gallery -->", "\n\n".join(SECTIONS))

@@ -420,6 +420,51 @@ def _qwen_tables(at, time, shape, text):
     return table[: f * h * w], table[f * h * w :]
 
 
+def _flux_case(h, w):
+    at = _dype_ladders((4, 6, 6), 1e4, (h, w), 4)
+
+    def inputs_of(timestep):
+        return _flux_inputs(1, h, w, timestep)
+
+    def tables(time):
+        return lambda ids: _flux_tables(at, time, ids)
+
+    return _flux(), 1.0, "pos_embed", inputs_of, tables
+
+
+def _qwen_case(h, w):
+    at = _dype_ladders((16, 56, 56), 1e4, (h, w), 4)
+
+    def inputs_of(timestep):
+        return _qwen_inputs(1, h, w, timestep)
+
+    def tables(time):
+        def module(video_fhw, device, max_txt_seq_len):
+            return _qwen_tables(at, time, (1, h, w), int(max_txt_seq_len))
+
+        return module
+
+    return _qwen(), 1.0, "pos_embed", inputs_of, tables
+
+
+def _wan_case(h, w):
+    at = _dype_ladders(WAN_BLOCKS, 1e4, (h, w), 4)
+
+    def inputs_of(timestep):
+        return _wan_inputs(2, 2 * h, 2 * w, timestep)
+
+    def tables(time):
+        return lambda hidden_states: _wan_tables((2, h, w), *at(time))
+
+    return _wan(), 1000.0, "rope", inputs_of, tables
+
+
+_DYPE_CASES = {"flux": _flux_case, "qwen-image": _qwen_case, "wan": _wan_case}
+"""Per family: its model, its ``timestep`` at pure noise, its rotary module's path, its
+inputs at a timestep, and the reference module's tables at a time (DyPE on an ``h x w``
+grid, L = 4)."""
+
+
 @pytest.mark.parametrize("family", ["flux", "qwen-image", "wan"])
 def test_dype_follows_the_timestep_of_each_forward(family):
     """DyPE on rows and columns (trained extent L = 4 tokens, the grid 8 x 8: s = 2): at each
@@ -427,26 +472,7 @@ def test_dype_follows_the_timestep_of_each_forward(family):
     at pure noise (FLUX and Qwen-Image 1, their pipelines dividing by 1000; Wan 1000), which
     differ from time to time; the outputs are those of the reference module at that time."""
     dype = {"rope_type": "dype", "original_max_position_embeddings": 4}
-    h = w = 8
-    if family == "flux":
-        model, noise, path = _flux(), 1.0, "pos_embed"
-        at = _dype_ladders((4, 6, 6), 1e4, (h, w), 4)
-        inputs_of = lambda t: _flux_inputs(1, h, w, t)  # noqa: E731
-        tables = lambda time: lambda ids: _flux_tables(at, time, ids)  # noqa: E731
-    elif family == "qwen-image":
-        model, noise, path = _qwen(), 1.0, "pos_embed"
-        at = _dype_ladders((16, 56, 56), 1e4, (h, w), 4)
-        inputs_of = lambda t: _qwen_inputs(1, h, w, t)  # noqa: E731
-        tables = lambda time: (
-            lambda fhw, device, max_txt_seq_len: _qwen_tables(  # noqa: E731
-                at, time, (1, h, w), int(max_txt_seq_len)
-            )
-        )
-    else:
-        model, noise, path = _wan(), 1000.0, "rope"
-        at = _dype_ladders(WAN_BLOCKS, 1e4, (h, w), 4)
-        inputs_of = lambda t: _wan_inputs(2, 2 * h, 2 * w, t)  # noqa: E731
-        tables = lambda time: lambda hidden: _wan_tables((2, h, w), *at(time))  # noqa: E731
+    model, noise, path, inputs_of, tables = _DYPE_CASES[family](8, 8)
     patched = copy.deepcopy(model)
     report = patch(patched, scaling=(None, dype, dype))
     (row,) = [r for r in report.replaced if r.path == path]
@@ -526,6 +552,36 @@ def test_flux_dype_compat_is_the_official_code_bit_for_bit():
         assert torch.equal(out, _out(reference, inputs))
     with pytest.raises(PosencError, match="time 0 as the official DyPE code"):
         _out(compat, _flux_inputs(1, 8, 8, 0.0))
+
+
+@pytest.mark.parametrize("time", [1.0, 0.5, 0.05])
+def test_flux_dype_compat_at_4096_is_the_official_code(time):
+    """FLUX.1 at 4096 x 4096 (256 x 256 ids, L = 64: s = 4 on rows and columns): the compat
+    stand-in's tables are the official code's bit for bit; its float32 steps (the ramps, the
+    two roundings of m) leave it within a few ulp of the exact tables (the catalogue: 3.6e-7
+    at t = 1), where posenc's exact ones are within one rounding."""
+    from posenc.torch._ids_rope import AxialRope
+    from posenc.torch._scaled import Clock
+
+    dype = {"rope_type": "dype"}  # L = 64 and s = 4: FLUX's record and the ids' span
+    ids = torch.zeros(256, 256, 3)
+    ids[..., 1], ids[..., 2] = torch.arange(256)[:, None], torch.arange(256)[None]
+    ids = ids.reshape(-1, 3)
+    tables = {}
+    for compat in ("original", None):
+        module = AxialRope(1e4, (16, 56, 56), False, compat, preset="flux")
+        module.scale((None, dype, dype))
+        module.clock = Clock(1.0, "FluxTransformer2DModel")
+        module.clock.time = time
+        tables[compat] = module(ids)
+    official = _official_dype(ids, 1e4, (16, 56, 56), 64, time)
+    assert all(torch.equal(g, w) for g, w in zip(tables["original"], official, strict=True))
+    m = yarn_magnitude(4.0)
+    h = yarn_ladder(4.0, time**2)
+    want = _interleaved(ids.double().numpy(), [ladder(16, 1e4), h, h], (1.0, m, m))
+    for exact, replay, w in zip(tables[None], official, want, strict=True):
+        _close(exact, w, m)
+        assert np.abs(replay.double().numpy() - w).max() < 8 * TOL * m
 
 
 def test_qwen_image_scale_follows_the_image_not_the_prompt():

@@ -397,11 +397,23 @@ def test_imax_and_multi_inter():
             ({"rope_type": "riflex", "k": 4, "length": 66}, None, None),
             (0, 0, 0),
         ),
+        (
+            (1, 8, 256),
+            "flux",
+            (None, *[{"rope_type": "dype", "time": 0.5}] * 2),
+            (0, 248, 0),
+        ),
+        (
+            (1, 8, 256),
+            "flux",
+            (None, *[{"rope_type": "dype-comfyui", "time": 0.5, "global_factor": 4.0}] * 2),
+            (0, 248, 0),
+        ),
     ],
 )
 def test_the_float32_only_evaluator_keeps_the_rules(shape, preset, rule, start):
-    """FLUX at 4096^2 (the last rows of 256 x 256, vision YaRN), HunyuanVideo at 261 frames
-    (RIFLEx): without float64, within 1e-6 of the exact tables."""
+    """FLUX at 4096^2 (the last rows of 256 x 256: vision YaRN, DyPE, ComfyUI-DyPE's rule),
+    HunyuanVideo at 261 frames (RIFLEx): without float64, within 1e-6 of the exact tables."""
     exact = posenc.rope_grid(shape, 128, preset=preset, scaling=rule, start=start)
     with posenc.float32_only():
         low = posenc.rope_grid(shape, 128, preset=preset, scaling=rule, start=start)

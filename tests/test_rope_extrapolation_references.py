@@ -238,7 +238,8 @@ def test_comfyui_dype_ladders_in_bfloat16_miss_by_tenths(size, time, bf16_worse_
     """The hazard: ComfyUI-DyPE builds its ladders in bfloat16 on every GPU, so its tables err
     by tenths even at FLUX's native 1024^2 (where the table should be FLUX's own), and by
     ~1e-5 in float32 on the CPU; posenc's ``"dype-comfyui"`` is its rule in float64, rounded
-    once (at s <= 1 FLUX's own table)."""
+    once (at s <= 1 FLUX's own table). ``compat="comfyui-dype"`` (``"-cuda"``) is the node's
+    float32 (bfloat16) arithmetic bit for bit."""
     rule = {"rope_type": "dype-comfyui", "original_max_position_embeddings": 64}
     got, _ = posenc.rope_grid((1, 1, size), 128, preset="flux", scaling=(None, rule, rule),
                               time=time)  # fmt: skip
@@ -253,3 +254,14 @@ def test_comfyui_dype_ladders_in_bfloat16_miss_by_tenths(size, time, bf16_worse_
     bf16 = np.abs(_comfyui_flux(size, time, torch.bfloat16).double().numpy() - want).max()
     assert 1e-7 < f32 < 3e-5
     assert bf16 > bf16_worse_than
+    for compat, dtype in (("comfyui-dype", torch.float32), ("comfyui-dype-cuda", torch.bfloat16)):
+        cos, _ = posenc.rope_grid((1, 1, size), 128, preset="flux", scaling=(None, rule, rule),
+                                  time=time, compat=compat, dtype=torch.float32)  # fmt: skip
+        assert torch.equal(cos[:, 72::2], _comfyui_flux(size, time, dtype))
+
+
+def test_comfyui_replays_refuse_a_rule_the_node_does_not_apply():
+    riflex = {"rope_type": "riflex", "k": 1, "always": True}
+    with pytest.raises(PosencError, match=r"`scaling\[0\]` with `compat`.*'riflex'.*comfyui"):
+        posenc.rope_grid((4, 2, 2), 128, preset="flux", scaling=(riflex, None, None),
+                         compat="comfyui-dype")  # fmt: skip

@@ -27,7 +27,7 @@ from posenc.spec.families import trained_of
 from posenc.spec.ladders import SPACINGS
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.rotary import Rotary, rotary, with_axes_scaling
-from posenc.spec.scaling import sized, timed
+from posenc.spec.scaling import across, sized, timed
 
 if TYPE_CHECKING:
     from posenc._types import Tensor, TorchDType
@@ -342,6 +342,7 @@ def with_training(rules: Sequence[Any], preset: Any, dims: tuple[int, ...]) -> A
         )
         for g, (rule, n) in enumerate(zip(rules, dims, strict=True))
     ]
+    filled = across(filled)
     return type(rules)(filled) if isinstance(rules, tuple) else filled
 
 

@@ -27,24 +27,29 @@ class Reference:
     and ``pairs`` set to new frequencies (Python doubles assigned into the original's ladder:
     RIFLEx), or vision YaRN's blend (``by_parts``: its ``factor``,
     ``original_max_position_embeddings`` and four thresholds, DyPE's already times ``time **
-    2``: the official DyPE code's ``get_1d_rotary_pos_embed(..., yarn=True, dype=True)``). The
-    default is the original's own table."""
+    2``: the official DyPE code's ``get_1d_rotary_pos_embed(..., yarn=True, dype=True)``), or
+    ComfyUI-DyPE's (``comfyui``: the same keys, ``global_factor`` and the ``magnitude``, its
+    thresholds already raised to its schedule's power). The default is the original's own
+    table."""
 
     base: float | None = None
     linear: float = 1.0
     pairs: Mapping[int, float] = field(default_factory=dict)
     by_parts: Mapping[str, float] | None = None
+    comfyui: Mapping[str, float] | None = None
 
     @property
     def forms(self) -> frozenset[str]:
-        """What it changes: ``"base"``, ``"linear"``, ``"pairs"``, ``"by_parts"``."""
+        """What it changes: ``"base"``, ``"linear"``, ``"pairs"``, ``"by_parts"``,
+        ``"comfyui"``."""
         changed = (
             self.base is not None,
             self.linear != 1.0,
             bool(self.pairs),
             self.by_parts is not None,
+            self.comfyui is not None,
         )
-        names = ("base", "linear", "pairs", "by_parts")
+        names = ("base", "linear", "pairs", "by_parts", "comfyui")
         return frozenset(f for f, on in zip(names, changed, strict=True) if on)
 
 
@@ -99,6 +104,21 @@ def dype_reference(p: Params, d: int, base: float) -> Reference:
             "(the trained ladder)"
         )
     return _by_parts_reference(p, p["time"] ** 2)
+
+
+def dype_comfyui_reference(p: Params, d: int, base: float) -> Reference:
+    """ComfyUI-DyPE's ``vision_yarn`` as its node computes it: past the trained size (the
+    image's larger side), its thresholds raised to ``dype_scale * time ** dype_exponent`` and
+    its magnitude; within it, the plain ladder (the node's own dtype all the same)."""
+    glob = p["global_factor"] if p["global_factor"] is not None else p["factor"]
+    if glob <= 1:
+        return Reference()
+    _, m = dype_comfyui(p, d, base, None)
+    k = p["dype_scale"] * p["time"] ** p["dype_exponent"]
+    bands = {key: p[key] ** k for key in ("beta_fast", "beta_slow", "gamma_fast", "gamma_slow")}
+    keys = ("factor", "original_max_position_embeddings")
+    given = {key: float(p[key]) for key in keys}
+    return Reference(comfyui={**given, **bands, "global_factor": glob, "magnitude": m})
 
 
 def _by_parts_reference(p: Params, kappa: float) -> Reference:

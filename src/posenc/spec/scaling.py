@@ -22,6 +22,7 @@ from posenc.spec.extrapolation import (
     Reference,
     dype,
     dype_comfyui,
+    dype_comfyui_reference,
     dype_reference,
     imax,
     linear_reference,
@@ -93,8 +94,9 @@ class Rule:
         from_grid: the keys a rule of one grid axis takes, when it has none, from the grid
             and the size the preset's family was trained at (:func:`sized`): ``length``
             (the axis's extent), ``repeats_at`` (where the family's videos repeat, when no
-            ``k`` is given either), ``original_max_position_embeddings`` (the trained extent)
-            and ``factor`` (the extent over the trained one).
+            ``k`` is given either), ``original_max_position_embeddings`` (the trained extent),
+            ``factor`` (the extent over the trained one) and ``global_factor`` (the largest
+            ``factor`` of the grid's axes given the same rule: :func:`across`).
     """
 
     required: tuple[str, ...]
@@ -250,7 +252,8 @@ RULES: dict[str, Rule] = {
         None,
         requires_factor=True,
         origin="vision",
-        from_grid=("original_max_position_embeddings", "factor"),
+        reference=dype_comfyui_reference,
+        from_grid=("original_max_position_embeddings", "factor", "global_factor"),
     ),
     "lumina-time": Rule(
         ("factor", "time"),
@@ -421,3 +424,24 @@ def sized(
     if "factor" in wanted and isinstance(length, int | float) and length > 0:
         out.setdefault("factor", extent / length)
     return out
+
+
+def across(rules: list[Any]) -> list[Any]:
+    """One rule per grid axis (each filled in by :func:`sized`), with ``global_factor`` where
+    a rule takes it from the grid (``from_grid``) and has none: the largest ``factor`` of the
+    axes given the same rope_type (ComfyUI-DyPE's ``s_glob``, the image's larger side)."""
+
+    def kind(rule: Any) -> Any:
+        return rule.get("rope_type", rule.get("type")) if isinstance(rule, Mapping) else None
+
+    largest: dict[str, float] = {}
+    for rule in rules:
+        k = kind(rule)
+        if k in RULES and "global_factor" in RULES[k].from_grid and "factor" in rule:
+            largest[k] = max(largest.get(k, 0.0), float(rule["factor"]))
+    return [
+        {**rule, "global_factor": largest[kind(rule)]}
+        if kind(rule) in largest and rule.get("global_factor") is None
+        else rule
+        for rule in rules
+    ]

@@ -20,6 +20,10 @@ FLUX = RotaryPreset(
     {"base": 10000.0, "layout": "interleaved", "axes_dim": (16, 56, 56)},
     "positions are [N, 3] ids (text tokens all zero); diffusers computes in float64, "
     "so its float32 tables are these (float32 on MPS/NPU, where they are not)",
+    replays={
+        "comfyui-dype": "posenc.compat.dype:comfyui",
+        "comfyui-dype-cuda": "posenc.compat.dype:comfyui_cuda",
+    },
 )
 
 
@@ -165,6 +169,8 @@ FAMILY = Family(
             "FLUX.1, Chroma, LongCat-Image, Ovis-Image, Bria, Bria-FIBO",
             "16, 56, 56",
             "ids `(t, row, col)`",
+            compat="diffusers' (and the official DyPE code's) by [patch](patch.md); "
+            "ComfyUI-DyPE's `comfyui-dype`, `comfyui-dype-cuda` (bfloat16 ladders)",
         ),
         Row(
             FLUX2,
