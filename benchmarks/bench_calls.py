@@ -36,6 +36,10 @@ def main() -> None:
     angles = np.zeros((16, 32))
     module = PositionalEncoding(64).eval()
     rope = RotaryEmbedding(64)
+
+    def grid(shape: tuple[int, ...], dim: int) -> Any:
+        return posenc.rope_grid(shape, dim, axes_dim=(32, 32))
+
     rows = [
         ("floor: np.sin + np.cos of [16, 32] float64", lambda: (np.sin(angles), np.cos(angles))),
         ("floor: x + x, [1, 16, 64] torch", lambda: x + x),
@@ -43,6 +47,7 @@ def main() -> None:
         ("posenc.table(16, 64, torch)", lambda: posenc.table(16, 64, dtype=torch.float32)),
         ("posenc.encode(ids [16], 64)", lambda: posenc.encode(ids, 64)),
         ("posenc.rope(ids [16], 64)", lambda: posenc.rope(ids, 64)),
+        ("posenc.rope_grid((4, 4), 64, axes_dim=(32, 32))", lambda: grid((4, 4), 64)),
         ("PositionalEncoding(64)(x [1, 16, 64])", lambda: module(x)),
         ("RotaryEmbedding(64)(q, k [1, 4, 16, 64])", lambda: rope(q, q)),
     ]

@@ -14,6 +14,7 @@ import pytest
 
 from posenc.errors import PosencError
 from tests import reference
+from tests.families.models import _err
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -175,10 +176,6 @@ def test_bf16_autocast_and_models_compat_is_identical(name):
         assert torch.equal(table.table, want.to(torch.bfloat16)[None])
 
 
-def _err(got, want):
-    return float(np.abs(np.asarray(got.detach().double()) - want).max())
-
-
 def test_timesteps_move_toward_float64():
     model = _model(_unet)
     t = torch.arange(8000, dtype=torch.float32) / 8
@@ -219,38 +216,6 @@ def test_patch_embed_moves_toward_float64(name, size, options):
     if name == "sd3":  # the crops of SD3's table are rows of it
         want = reference.diffusers_2d(16, 12, **options).reshape(12, 12, 16)[2:10, 3:9]
         assert _err(_positions(model.pos_embed, 16, 12), want.reshape(-1, 16)) <= 2**-24
-
-
-def _flux64(ids, theta, axes):
-    out = []
-    for i, d in enumerate(axes):
-        freqs = 1.0 / theta ** (np.arange(0, d, 2) / d)
-        out.append(np.repeat(np.outer(ids[:, i], freqs), 2, axis=1))
-    angles = np.concatenate(out, axis=1)
-    return np.cos(angles), np.sin(angles)
-
-
-@pytest.mark.parametrize("cls", ["transformer_flux.FluxPosEmbed",
-                                 "transformer_flux2.Flux2PosEmbed"])  # fmt: skip
-def test_flux_axial_rope(cls):
-    module_name, name = cls.split(".")
-    module = getattr(getattr(diffusers.models.transformers, module_name), name)
-    axes = [16, 56, 56]
-    holder = torch.nn.ModuleDict({"pos_embed": module(theta=10000, axes_dim=axes)})
-    ids = torch.cat([torch.zeros(7, 3), torch.randint(0, 4096, (500, 3)).float()])
-    before = holder.pos_embed(ids)
-    compat, exact = copy.deepcopy(holder), copy.deepcopy(holder)
-    (row,) = patch(compat, compat="original")
-    assert (row.path, row.original, row.mode) == ("pos_embed", name, "compat")
-    (row,) = patch(exact)
-    assert row.mode == "exact"
-    assert row.max_diff < 2**-23  # diffusers computes in float64: its tables are exact
-    want = _flux64(ids.double().numpy(), 10000, axes)
-    for a, b, c, w in zip(compat.pos_embed(ids), exact.pos_embed(ids), before, want, strict=True):
-        assert torch.equal(a, c)
-        assert a.dtype == b.dtype == torch.float32
-        assert _err(b, w) <= 2**-24
-    assert torch.equal(exact.pos_embed(ids)[0][:, 0], exact.pos_embed(ids)[0][:, 1])  # pairs
 
 
 def test_learned_and_foreign_tables_are_left_alone():

@@ -6,6 +6,9 @@ autocast, after ``model.to(torch.bfloat16)``); the exact patch keeps them finite
 the tables the stand-in hands the model are within float32's half ulp of a float64 restatement
 of the formula written here; the original state dict loads strictly; patching twice does
 nothing more.
+
+The tests here run over several towers; a tower's own tests are in
+tests/families/test_<record>.py, and the towers are built in tests/families/models.py.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ import warnings
 
 import numpy as np
 import pytest
+
+from tests.families.models import TOWERS as BUILD
+from tests.families.models import build_tower as build
+from tests.families.models import tower_module as get
+from tests.families.models import tower_outputs as outputs
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
@@ -24,137 +32,12 @@ pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
 
 # ---------------------------------------------------------------------------------------------
-# the models: (model, its rotary module's path, its class, [inputs per size])
+# the families (their models: TOWERS and build_tower, in tests/families/models.py)
 
 
-def _qwen2_vl():
-    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
-    from transformers.models.qwen2_vl.modeling_qwen2_vl import (
-        Qwen2VisionTransformerPretrainedModel,
-    )
-
-    config = Qwen2VLVisionConfig(depth=2, embed_dim=80, num_heads=1, hidden_size=16)
-    model = Qwen2VisionTransformerPretrainedModel(config)
-    sizes = [[(1, 8, 12)], [(1, 4, 6), (2, 10, 2)]]  # one image; an image and a 2-frame video
-
-    def inputs(grids):
-        n = sum(t * h * w for t, h, w in grids)
-        gen = torch.Generator().manual_seed(n)
-        x = torch.randn(n, 3 * 2 * 14 * 14, generator=gen)
-        return (x,), {"grid_thw": torch.tensor(grids)}
-
-    return model, "rotary_pos_emb", "Qwen2VLVisionRotaryEmbedding", [inputs(g) for g in sizes]
-
-
-def _pixtral():
-    config = T.PixtralVisionConfig(hidden_size=64, num_attention_heads=1, head_dim=64,
-                                   intermediate_size=32, num_hidden_layers=2,
-                                   image_size=256, patch_size=16)  # fmt: skip
-    model = T.PixtralVisionModel(config)
-
-    def inputs(h, w):
-        gen = torch.Generator().manual_seed(h * w)
-        return (torch.randn(1, 3, h, w, generator=gen),), {"image_sizes": [(h, w)]}
-
-    return model, "patch_positional_embedding", "PixtralVisionRotaryEmbedding", [
-        inputs(128, 192), inputs(48, 16)]  # fmt: skip
-
-
-def _dinov3():
-    config = T.DINOv3ViTConfig(hidden_size=64, num_attention_heads=1, intermediate_size=32,
-                               num_hidden_layers=2, patch_size=16, image_size=128)  # fmt: skip
-    model = T.DINOv3ViTModel(config)
-
-    def inputs(h, w):
-        gen = torch.Generator().manual_seed(h * w)
-        return (torch.randn(1, 3, h, w, generator=gen),), {}
-
-    return model, "rope_embeddings", "DINOv3ViTRopePositionEmbedding", [
-        inputs(128, 128), inputs(48, 112)]  # fmt: skip
-
-
-class _Memory(torch.nn.Module):
-    """Holds SAM 2 video's memory attention (the model's own class) and feeds it as the video
-    model does: the current frame's features, two memory frames and object pointers."""
-
-    def __init__(self):
-        super().__init__()
-        from transformers.models.sam2_video.modeling_sam2_video import Sam2VideoMemoryAttention
-
-        config = T.Sam2VideoConfig(memory_attention_rope_feat_sizes=[8, 6],
-                                   memory_attention_num_layers=2)  # fmt: skip
-        self.attention = Sam2VideoMemoryAttention(config)
-
-    def forward(self, current, memory, memory_pos):
-        return self.attention(current, memory, memory_posision_embeddings=memory_pos,
-                              num_object_pointer_tokens=4)  # fmt: skip
-
-
-def _sam2():
-    model = _Memory()
-    gen = torch.Generator().manual_seed(2)
-    n = 8 * 6
-    args = (torch.randn(n, 1, 256, generator=gen), torch.randn(2 * n + 4, 1, 64, generator=gen),
-            torch.randn(2 * n + 4, 1, 64, generator=gen))  # fmt: skip
-    return model, "attention.rotary_emb", "Sam2VideoVisionRotaryEmbedding", [(args, {})]
-
-
-def _sam3():
-    from transformers.models.sam3.configuration_sam3 import Sam3ViTConfig
-    from transformers.models.sam3.modeling_sam3 import Sam3ViTModel
-
-    config = Sam3ViTConfig(hidden_size=64, num_attention_heads=1, intermediate_size=32,
-                           num_hidden_layers=2, global_attn_indexes=[1], image_size=14 * 36,
-                           patch_size=14, window_size=12, pretrain_image_size=14 * 12)  # fmt: skip
-    model = Sam3ViTModel(config)
-    gen = torch.Generator().manual_seed(3)
-    return model, "layers.1.rotary_emb", "Sam3ViTRotaryEmbedding", [
-        ((torch.randn(1, 3, 14 * 36, 14 * 36, generator=gen),), {})]  # fmt: skip
-
-
-def _llama4():
-    config = T.Llama4VisionConfig(hidden_size=176, num_attention_heads=2, intermediate_size=704,
-                                  num_hidden_layers=2, image_size=112, patch_size=14,
-                                  vision_output_dim=16, projector_input_dim=16,
-                                  projector_output_dim=16, pixel_shuffle_ratio=0.5)  # fmt: skip
-    model = T.Llama4VisionModel(config)
-    gen = torch.Generator().manual_seed(4)
-    return model, "rotary_embedding", "Llama4VisionRotaryEmbedding", [
-        ((torch.randn(1, 3, 112, 112, generator=gen),), {})]  # fmt: skip
-
-
-BUILD = {"qwen2-vl-vision": _qwen2_vl, "pixtral": _pixtral, "dinov3": _dinov3, "sam2": _sam2,
-         "sam3-vit": _sam3, "llama4-vision": _llama4}  # fmt: skip
 FAMILIES = list(BUILD)
 RANGE_NOTE = {"qwen2-vl-vision": "128 x 128", "pixtral": "16 x 16", "dinov3": "8 x 8",
               "sam2": "position_ids", "sam3-vit": "36 x 36", "llama4-vision": "8 x 8"}  # fmt: skip
-
-
-def build(family):
-    torch.manual_seed(0)
-    model, path, cls, runs = BUILD[family]()
-    return model.eval(), path, cls, runs
-
-
-def output(model, args, kwargs):
-    with torch.no_grad():
-        out = model(*args, **kwargs)
-    if isinstance(out, torch.Tensor):
-        return out
-    return out.last_hidden_state
-
-
-def outputs(model, runs, dtype=None):
-    out = []
-    for args, kwargs in runs:
-        if dtype is not None:
-            args = tuple(a.to(dtype) for a in args)
-        out.append(output(model, args, kwargs))
-    return out
-
-
-def get(model, path):
-    return model.get_submodule(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,27 +197,6 @@ def test_exact_bf16(family):
         torch.testing.assert_close(a.float(), b.float(), rtol=0.05, atol=0.05)
 
 
-def test_dinov3_training_draws_as_the_original():
-    """In training mode DINOv3 draws a random rescale: the stand-in draws the same (compat:
-    the same bits; exact: close), and leaves the generator where the original does."""
-    model, path, _, runs = build("dinov3")
-    model.train()
-    torch.manual_seed(5)
-    before = outputs(model, runs)
-    after_rng = torch.rand(1)
-    patch(model, compat="original")
-    assert get(model, path).training
-    torch.manual_seed(5)
-    assert all(torch.equal(a, b) for a, b in zip(outputs(model, runs), before, strict=True))
-    assert torch.equal(torch.rand(1), after_rng)
-    model2, _, _, _ = build("dinov3")
-    model2.train()
-    patch(model2)
-    torch.manual_seed(5)
-    for a, b in zip(outputs(model2, runs), before, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-
-
 # ---------------------------------------------------------------------------------------------
 # (3) the state dict, patching twice
 
@@ -350,38 +212,3 @@ def test_state_dict_and_patching_twice(family):
         assert not again.replaced
         assert all(r.note == "learned, left alone" for r in again)  # SAM 3's learned table
         assert len(again) == (1 if family == "sam3-vit" else 0)
-
-
-def test_llama4_bf16_cast_before_patching_is_left_alone():
-    """model.to(bfloat16) keeps only the real part of Llama 4's complex table: not repeated."""
-    model, path, cls, _ = build("llama4-vision")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.to(torch.bfloat16)
-    report = patch(model)
-    row = next(r for r in report if r.path == path)
-    assert not row.replaced
-    assert "real dtype" in row.note
-    assert type(get(model, path)).__name__ == cls
-
-
-def test_sam3_window_and_global_layers():
-    """Each SAM 3 layer's stand-in is measured at its own grid (12 x 12 window, 36 x 36 global
-    at a third per patch)."""
-    model, _, _, _ = build("sam3-vit")
-    report = patch(model, dry_run=True)
-    notes = {r.path: r.note for r in report.replaced}
-    assert set(notes) == {"layers.0.rotary_emb", "layers.1.rotary_emb"}
-    assert "12 x 12" in notes["layers.0.rotary_emb"]
-    assert "36 x 36" in notes["layers.1.rotary_emb"]
-
-
-def test_a_wrong_form_is_left_alone():
-    """A Qwen2-VL-form module whose inv_freq is not the ladder posenc knows is left alone."""
-    model, path, cls, _ = build("qwen2-vl-vision")
-    get(model, path).inv_freq.mul_(1.5)
-    report = patch(model)
-    row = next(r for r in report if r.path == path)
-    assert not row.replaced
-    assert "inv_freq" in row.note
-    assert type(get(model, path)).__name__ == cls

@@ -366,32 +366,29 @@ def _every_model():
     from tests import (
         test_patch,
         test_patch_diffusers,
-        test_patch_diffusers_gathered,
-        test_patch_diffusers_ids,
-        test_patch_diffusers_kandinsky,
-        test_patch_diffusers_ltx2,
         test_patch_diffusers_models,
         test_patch_diffusers_rope,
         test_patch_diffusers_video,
         test_patch_hf_vision,
         test_patch_timm_rope,
     )
+    from tests.families import test_flux, test_kandinsky, test_ltx2, test_lumina, test_omnigen
 
     found = {f"transformers-{k}": v[0] for k, v in test_patch.ROTARY.items()}
     found |= {f"transformers-{k}": v[0] for k, v in test_patch.TABLES.items()}
     found |= {f"diffusers-{k}": v[0] for k, v in test_patch_diffusers.FAMILIES.items()}
-    for module in (test_patch_diffusers_ids, test_patch_diffusers_rope, test_patch_diffusers_video):
+    for module in (test_flux, test_patch_diffusers_rope, test_patch_diffusers_video):
         found |= {f"diffusers-{k}": v[0] for k, v in module.MODELS.items()}
     found |= {
         f"diffusers-{k}": (lambda k=k: test_patch_diffusers_models._build(k))
         for k in test_patch_diffusers_models.MODELS
     }
     found |= {
-        "diffusers-lumina2": test_patch_diffusers_gathered._lumina2,
-        "diffusers-z-image": test_patch_diffusers_gathered._z_image,
-        "diffusers-kandinsky5": test_patch_diffusers_kandinsky._kandinsky5,
-        "diffusers-omnigen": test_patch_diffusers_kandinsky._omnigen,
-        "diffusers-ltx2": lambda: test_patch_diffusers_ltx2._model("interleaved"),
+        "diffusers-lumina2": test_lumina._lumina2,
+        "diffusers-z-image": test_lumina._z_image,
+        "diffusers-kandinsky5": test_kandinsky._kandinsky5,
+        "diffusers-omnigen": test_omnigen._omnigen,
+        "diffusers-ltx2": lambda: test_ltx2._model("interleaved"),
     }
     found |= {
         f"transformers-{k}": (lambda k=k: test_patch_hf_vision.build(k)[0])

@@ -18,6 +18,7 @@ import pytest
 
 import posenc
 from posenc.errors import PosencError
+from tests.families.models import _hunyuan, _out, _wan
 from tests.helpers import compile_counter
 from tests.reference import ladder, riflex_ladder, yarn_ladder, yarn_magnitude
 
@@ -32,23 +33,6 @@ TOL = 6e-8
 
 # ---------------------------------------------------------------------------------------------
 # the models, their inputs, and their rotary tables written from the formula
-
-
-def _wan():
-    torch.manual_seed(0)
-    return diffusers.WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24, in_channels=4,
-        out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1,
-        rope_max_seq_len=64).eval()  # fmt: skip
-
-
-def _hunyuan():
-    torch.manual_seed(0)
-    return diffusers.HunyuanVideoTransformer3DModel(
-        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=32,
-        num_layers=1, num_single_layers=1, num_refiner_layers=1, text_embed_dim=16,
-        pooled_projection_dim=8, rope_axes_dim=(8, 12, 12),
-        guidance_embeds=False).eval()  # fmt: skip
 
 
 def _cosmos(rope_scale=(1.0, 1.0, 1.0)):
@@ -116,11 +100,6 @@ def _qwen_inputs(frames, h, w, timestep, text=7):
             "encoder_hidden_states_mask": torch.ones(1, text),
             "timestep": torch.tensor([float(timestep)]),
             "img_shapes": [[(frames, h, w)]]}  # fmt: skip
-
-
-def _out(model, inputs):
-    with torch.no_grad():
-        return model(**inputs).sample
 
 
 def _grid_ids(dims, start=(0, 0, 0)):
@@ -384,6 +363,8 @@ def test_cosmos_ntk_aware_is_its_own_rope_scale():
     reference = _swapped(model, "rope", lambda *a, **kw: _f32(*want))
     patch(reference)
     torch.testing.assert_close(out, _out(reference, inputs), rtol=0, atol=1e-6)
+    exact.load_state_dict(model.state_dict(), strict=True)
+    assert not patch(exact, scaling=(None, aware, aware)).replaced  # twice: a no-op
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,6 +475,9 @@ def test_dype_follows_the_timestep_of_each_forward(family):
         torch.testing.assert_close(out, _out(reference, inputs), rtol=0, atol=1e-6)
         seen[time] = got
     assert not torch.equal(seen[0.9][0], seen[0.1][0])  # the tables follow the time
+    patched.load_state_dict(model.state_dict(), strict=True)
+    assert list(patched.state_dict()) == list(model.state_dict())
+    assert not patch(patched, scaling=(None, dype, dype)).replaced  # twice: a no-op
 
 
 def _official_ramp(r0, r1, d, theta, length):
@@ -596,9 +580,6 @@ def test_qwen_image_scale_follows_the_image_not_the_prompt():
     _, (image40, text40) = _captured(model, "pos_embed", _qwen_inputs(1, 8, 8, 0.5, text=40))
     assert torch.equal(image7, image40)
     assert torch.equal(text7, text40[:7])
-    rows = [np.concatenate([np.arange(-4, 4), 4 + np.arange(n)]) for n in (7, 40)]
-    comfyui = [(r.max() - r.min() + 1) / 4 for r in rows]
-    assert comfyui == [15 / 4, 48 / 4]  # the port's s: the prompt's, not the image's 2
 
 
 def test_a_compiled_model_keeps_its_graphs_from_step_to_step():
@@ -681,3 +662,76 @@ def test_a_time_rule_needs_one_time_per_forward():
     patch(fresh, scaling=(None, dype, dype))
     with pytest.raises(PosencError, match="call the model, not its rotary module alone"):
         fresh.rope(inputs["hidden_states"])
+
+
+def test_the_time_is_read_per_forward_and_kept_through_a_dry_run():
+    """After a forward the time is gone (the rotary module called alone asks for the model);
+    per-token timesteps with zeros (Wan 2.2's clean first frame) read the noised tokens' time;
+    a dry run (a switch that changes nothing) keeps the hooks, so the next step still reads
+    its time."""
+    dype = {"rope_type": "dype", "original_max_position_embeddings": 4}
+    model = _wan()
+    patch(model, scaling=(None, dype, dype))
+    inputs = _wan_inputs(2, 16, 16, 900)
+    _out(model, inputs)
+    with pytest.raises(PosencError, match="call the model"):
+        model.rope(inputs["hidden_states"])
+    per_token = torch.full((1, 2 * 8 * 8), 900.0)
+    per_token[:, : 8 * 8] = 0  # the first latent frame: a clean condition
+    _, got = _captured(model, "rope", {**inputs, "timestep": per_token})
+    _, want = _captured(model, "rope", inputs)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    patch(model, compat="original", dry_run=True)  # would switch: changes nothing
+    _, late = _captured(model, "rope", _wan_inputs(2, 16, 16, 100))
+    assert not torch.equal(late[0], want[0])  # time 0.1 read, not 0.9 kept
+
+
+def test_the_tables_follow_the_module_s_dtype():
+    """A rule's tables are made again in the dtype the module was moved to (Wan's stand-in
+    follows ``.to()``, as its original's buffers do)."""
+    model = _wan()
+    patch(model, scaling=({"rope_type": "riflex", "k": 1}, None, None))
+    x = torch.zeros(1, 4, 9, 4, 4)
+    assert model.rope(x)[0].dtype == torch.float32
+    model.to(torch.float64)
+    assert model.rope(x)[0].dtype == torch.float64
+
+
+def test_flux_ids_in_bfloat16_take_the_rule():
+    """FLUX's pipeline passes its ids in the transformer's dtype: bfloat16 ids (integers below
+    256, exact) give the float32 ids' tables under the rule."""
+    dype = {"rope_type": "dype", "original_max_position_embeddings": 4}
+    model = _flux()
+    patch(model, scaling=(None, dype, dype))
+    inputs = _flux_inputs(1, 8, 8, 0.5)
+    _, want = _captured(model, "pos_embed", inputs)
+    low = {
+        **inputs,
+        "img_ids": inputs["img_ids"].bfloat16(),
+        "txt_ids": inputs["txt_ids"].bfloat16(),
+    }
+    _, got = _captured(model, "pos_embed", low)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "words"),
+    [
+        (None, {"compat": "original", "scaling": (None, {"rope_type": "vision-yarn"}, None)},
+         r"on rope .*'vision-yarn'"),
+        ({"scaling": (None, {"rope_type": "dype"}, None)},
+         {"compat": "original", "scaling": (None, {"rope_type": "dype"}, None)},
+         r"on rope .*'dype'"),
+    ],
+)  # fmt: skip
+def test_a_compat_rule_is_refused_at_patch_time_at_any_size(first, then, words):
+    """A rule the compat replay cannot apply is refused when patching, though it changes
+    nothing at the trained size (vision YaRN and DyPE leave the ladder there), and a switch
+    of mode keeping the rule is refused before the stand-in in place is taken back."""
+    model = _wan()
+    if first is not None:
+        patch(model, **first)
+    kinds = [type(m).__name__ for m in model.modules()]
+    with pytest.raises(PosencError, match=words):
+        patch(model, **then)
+    assert [type(m).__name__ for m in model.modules()] == kinds

@@ -182,13 +182,6 @@ def test_first_row_outside_is_refused(family, dim, kw, original, inside, outside
     np.testing.assert_allclose(cos**2 + sin**2, 1.0, atol=1e-6)
 
 
-def test_wan_on_a_host_with_mps_keeps_the_same_rows():
-    with pytest.raises(PosencError, match="rows 0 … 1023"):
-        posenc.rope_grid((1, 1025, 1), 128, preset="wan", compat="diffusers-mps")
-    cos, _ = posenc.rope_grid((1, 1024, 1), 128, preset="wan", compat="diffusers-mps")
-    assert cos.shape == (1024, 128)
-
-
 def test_families_that_compute_their_positions_have_no_limit():
     """HunyuanVideo, HunyuanImage, CogView4's GLM-Image grid, MiniMax-H3: computed positions,
     no table; a grid past every table above is theirs."""

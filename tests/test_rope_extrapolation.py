@@ -309,6 +309,28 @@ def test_dype_comfyui_raises_its_thresholds(time, beta, gamma):
         assert np.abs(back[:, 16:] / (0.1 * math.log(4.0) + 1) - plain[:, 16:]).max() < 1e-12
 
 
+def test_dype_comfyui_does_not_stretch_a_short_side():
+    """A 32 x 8 grid trained at 16 x 16 (rows s = 2, columns 0.5): ComfyUI-DyPE interpolates
+    each axis by max(1, s) (the columns are not stretched) and blends NTK-aware by the larger
+    side's s_glob = 2 on both, m = 1 + 0.1 ln 2 t^2 on both; its float32 replay agrees to its
+    own rounding."""
+    rule = {"rope_type": "dype-comfyui", "original_max_position_embeddings": 16}
+    shape, time = (1, 32, 8), 0.5
+    got = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule), time=time)
+    k = 2 * time**2
+    rows = yarn_ladder(2.0, d=56, length=16, power=k)
+    cols = yarn_ladder(1.0, d=56, length=16, power=k, s_glob=2.0)
+    assert not np.allclose(cols, ladder(56, 1e4))  # the NTK leg still acts on the columns
+    m = 1 + 0.1 * math.log(2.0) * time**2
+    cos, sin = _interleaved(_grid(shape).astype(np.float64), [ladder(16, 1e4), rows, cols])
+    scale = np.concatenate([np.ones(16), np.full(112, m)])
+    for g, want in zip(got, (cos * scale, sin * scale), strict=True):
+        assert np.abs(g.astype(np.float64) - want).max() < TOL * m
+    replay = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule), time=time,
+                              compat="comfyui-dype")  # fmt: skip
+    assert np.abs(replay[0].astype(np.float64) - cos * scale).max() < 2e-6
+
+
 def test_dype_comfyui_within_the_trained_size_is_the_ladder():
     """At s_glob <= 1 (FLUX's native 1024^2) the rule leaves the ladder and m = 1."""
     rule = {"rope_type": "dype-comfyui", "original_max_position_embeddings": 64}

@@ -241,23 +241,28 @@ def test_comfyui_dype_ladders_in_bfloat16_miss_by_tenths(size, time, bf16_worse_
     once (at s <= 1 FLUX's own table). ``compat="comfyui-dype"`` (``"-cuda"``) is the node's
     float32 (bfloat16) arithmetic bit for bit."""
     rule = {"rope_type": "dype-comfyui", "original_max_position_embeddings": 64}
-    got, _ = posenc.rope_grid((1, 1, size), 128, preset="flux", scaling=(None, rule, rule),
-                              time=time)  # fmt: skip
+    shape = (1, size, size)
+    got, _ = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule), time=time)
     s = size / 64
     k = 2 * time**2
-    cols = yarn_ladder(s, d=56, power=k) if s > 1 else ladder(56, 1e4)
+    ladder_hw = yarn_ladder(s, d=56, power=k) if s > 1 else ladder(56, 1e4)
     m = 1 + 0.1 * math.log(s) * time**2 if s > 1 else 1.0
-    want = np.cos(np.arange(size, dtype=np.float64)[:, None] * cols[None]) * m
-    mine = np.asarray(got, dtype=np.float64)[:, 72::2]
-    assert np.abs(mine - want).max() < TOL * m
+    want = np.cos(np.arange(size, dtype=np.float64)[:, None] * ladder_hw[None]) * m
+    mine = np.asarray(got, dtype=np.float64).reshape(size, size, 128)
+    blocks = (mine[:, 0, 16:72:2], mine[0, :, 72::2])  # the rows' block, the columns'
+    for block in blocks:
+        assert np.abs(block - want).max() < TOL * m
     f32 = np.abs(_comfyui_flux(size, time, torch.float32).double().numpy() - want).max()
     bf16 = np.abs(_comfyui_flux(size, time, torch.bfloat16).double().numpy() - want).max()
     assert 1e-7 < f32 < 3e-5
     assert bf16 > bf16_worse_than
     for compat, dtype in (("comfyui-dype", torch.float32), ("comfyui-dype-cuda", torch.bfloat16)):
-        cos, _ = posenc.rope_grid((1, 1, size), 128, preset="flux", scaling=(None, rule, rule),
+        cos, _ = posenc.rope_grid(shape, 128, preset="flux", scaling=(None, rule, rule),
                                   time=time, compat=compat, dtype=torch.float32)  # fmt: skip
-        assert torch.equal(cos[:, 72::2], _comfyui_flux(size, time, dtype))
+        table = cos.reshape(size, size, 128)
+        node = _comfyui_flux(size, time, dtype)
+        assert torch.equal(table[:, 0, 16:72:2], node)
+        assert torch.equal(table[0, :, 72::2], node)
 
 
 def test_comfyui_replays_refuse_a_rule_the_node_does_not_apply():
@@ -265,3 +270,36 @@ def test_comfyui_replays_refuse_a_rule_the_node_does_not_apply():
     with pytest.raises(PosencError, match=r"`scaling\[0\]` with `compat`.*'riflex'.*comfyui"):
         posenc.rope_grid((4, 2, 2), 128, preset="flux", scaling=(riflex, None, None),
                          compat="comfyui-dype")  # fmt: skip
+
+
+def test_riflex_on_cogvideox_1_5_is_not_silently_off():
+    """The hazard: thu-ml's CogVideoX pipeline patch applies RIFLEx on 1.0's crop path only; its
+    1.5 ("slice") branch passes no k, so the table there is the plain one. posenc applies the
+    rule on any grid: CogVideoX 1.5 at 161 frames (41 latent frames, temporal patch 2: 21
+    frame tokens, past pair 2's period 20) lowers pair 2 to 0.9 * 2 pi / 21."""
+    dims = (21, 2, 3)
+    plain = posenc.rope_grid(dims, 64, preset="cogvideox", dtype=np.float64)  # thu-ml's 1.5
+    got = posenc.rope_grid(dims, 64, preset="cogvideox", dtype=np.float64,
+                           scaling=({"rope_type": "riflex"}, None, None))  # fmt: skip
+    assert not np.array_equal(got[0], plain[0])
+    omega = np.arctan2(got[1][6, 2], got[0][6, 2])  # pair 2 (channels 2, 3) at frame 1
+    assert omega == pytest.approx(0.9 * 2 * math.pi / 21, rel=1e-9)
+
+
+def test_videox_fun_riflex_divides_by_4_886_again():
+    """The hazard: VideoX-Fun's ``enable_riflex`` keeps ``L_test_scale`` 4.886 by default, so
+    its pair's frequency is 0.9 * 2 pi / (4.886 L'): a period 5.4 times the video's length,
+    not RIFLEx's L' / 0.9. posenc's ``"riflex"`` is the published rule; the fork is the same
+    rule with ``riflex_scale`` 0.9 / 4.886, given on purpose."""
+    frames = 66
+    rule = {"rope_type": "riflex", "k": 6, "length": frames, "always": True}
+    fork_rule = {**rule, "riflex_scale": 0.9 / 4.886}
+    ours, fork = (
+        posenc.rope_grid(
+            (frames, 1, 1), 128, preset="wan", dtype=np.float64, scaling=(one, None, None)
+        )
+        for one in (rule, fork_rule)
+    )
+    period = [2 * math.pi / np.arctan2(t[1][1, 10], t[0][1, 10]) for t in (ours, fork)]
+    assert period[0] == pytest.approx(frames / 0.9, rel=1e-9)
+    assert period[1] == pytest.approx(4.886 * frames / 0.9, rel=1e-9)

@@ -7,6 +7,9 @@ them), its output brought to posenc's form: tokens row-major, the class token le
 ``compat="transformers"`` is ``torch.equal`` to it; the exact default is within float32's
 half ulp of a float64 NumPy restatement of the formula written here, and closer to it than the
 original; the float32-only formula is within 1e-6 of it.
+
+The tests here run over several towers; a tower's own tests are in
+tests/families/test_<record>.py.
 """
 
 from __future__ import annotations
@@ -17,22 +20,16 @@ import numpy as np
 import pytest
 
 import posenc
+from tests.families.models import TOWER_GRIDS as FAMILIES
+from tests.families.models import _hooked, _llama4_freqs, _pixtral, _qwen2_vl, _within_half_ulp
 from tests.helpers import raises
+from tests.reference import vision_tower_rope as reference
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
-# family -> (head dim, the model's real grid, the grids the original builds at odd sizes)
-FAMILIES = {
-    "pixtral": (64, (64, 64), [(17, 23), (1, 7)]),  # 1024 px / 16
-    "qwen2-vl-vision": (80, (32, 48), [(17, 23), (1, 7)]),  # 448 x 672 px / 14
-    "dinov3": (64, (64, 64), [(17, 23), (1, 7), (7, 3)]),  # 1024 px / 16
-    "sam2": (256, (64, 64), [(17, 23), (1, 7)]),  # the memory feature grid
-    "sam3-vit": (64, (72, 72), [(24, 24), (17, 23), (1, 7)]),  # global; (24, 24) a window
-    "llama4-vision": (88, (24, 24), [(17, 17), (7, 7), (1, 1)]),  # 336 px / 14; square only
-}
 CASES = [(f, FAMILIES[f][1]) for f in FAMILIES] + [
     (f, size) for f in FAMILIES for size in FAMILIES[f][2]
 ]
@@ -44,100 +41,7 @@ def _ids(case):
 
 
 # ---------------------------------------------------------------------------------------------
-# the float64 reference: the formula, from the model code, in NumPy
-
-
-def reference(family, h, w, dim):
-    """``(cos, sin)`` float64 ``[h * w, dim]``: tokens row-major, in the family's layout."""
-    rows = np.repeat(np.arange(h, dtype=np.float64), w)
-    cols = np.tile(np.arange(w, dtype=np.float64), h)
-    quarter = np.arange(dim // 4, dtype=np.float64)
-    if family == "pixtral":  # one ladder over dim; the row takes the even j, the column the odd
-        ladder = 10000.0 ** (-2 * np.arange(dim // 2, dtype=np.float64) / dim)
-        half = np.concatenate([np.outer(rows, ladder[0::2]), np.outer(cols, ladder[1::2])], 1)
-        angles = np.concatenate([half, half], 1)
-    elif family == "qwen2-vl-vision":
-        omega = 10000.0 ** (-2 * quarter / (dim // 2))
-        half = np.concatenate([np.outer(rows, omega), np.outer(cols, omega)], 1)
-        angles = np.concatenate([half, half], 1)
-    elif family == "dinov3":
-        omega = 100.0 ** (-4 * quarter / dim)
-        y = (rows + 0.5) / h * 2 - 1
-        x = (cols + 0.5) / w * 2 - 1
-        half = 2 * np.pi * np.concatenate([np.outer(y, omega), np.outer(x, omega)], 1)
-        angles = np.concatenate([half, half], 1)
-    elif family in ("sam2", "sam3-vit"):  # SAM 3: at the 24-wide window's scale
-        omega = 10000.0 ** (-2 * quarter / (dim // 2))
-        scale = 1.0 if family == "sam2" else 24 / w
-        block = np.concatenate([np.outer(cols * scale, omega), np.outer(rows * scale, omega)], 1)
-        angles = np.repeat(block, 2, axis=1)
-    else:  # llama4-vision: 1-based (x, y)
-        omega = 10000.0 ** (-2 * quarter / (dim // 2))
-        block = np.concatenate([np.outer(cols + 1, omega), np.outer(rows + 1, omega)], 1)
-        angles = np.repeat(block, 2, axis=1)
-    return np.cos(angles), np.sin(angles)
-
-
-# ---------------------------------------------------------------------------------------------
 # the originals: the transformers modules, run as their models run them
-
-
-def _hooked(module):
-    """A forward hook on ``module`` keeping its inputs and output."""
-    seen = {}
-
-    def hook(mod, args, out):
-        seen["args"], seen["out"] = args, out
-
-    module.register_forward_hook(hook)
-    return seen
-
-
-def _row_major(ids, h, w, table):
-    """A table whose rows are the tokens of ``ids`` ([N, 2] (row, column)), in row-major
-    order; every patch appears once."""
-    flat = ids[:, 0] * w + ids[:, 1]
-    assert torch.equal(torch.sort(flat).values, torch.arange(h * w))
-    out = torch.empty_like(table)
-    out[flat] = table
-    return out
-
-
-def _pixtral_model():
-    config = T.PixtralVisionConfig(hidden_size=64, num_attention_heads=1, head_dim=64,
-                                   intermediate_size=8, num_hidden_layers=0)  # fmt: skip
-    return T.PixtralVisionModel(config).eval()
-
-
-def _pixtral(h, w):
-    model = _pixtral_model()
-    seen = _hooked(model.patch_positional_embedding)
-    with torch.no_grad():
-        model(torch.zeros(1, 3, h * 16, w * 16), image_sizes=[(h * 16, w * 16)])
-    ids = seen["args"][1]
-    assert torch.equal(ids[:, 0] * w + ids[:, 1], torch.arange(h * w))  # row-major already
-    return seen["out"]
-
-
-def _qwen2_vl(h, w):
-    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
-    from transformers.models.qwen2_vl.modeling_qwen2_vl import (
-        Qwen2VisionTransformerPretrainedModel,
-    )
-
-    merge = 2 if h % 2 == 0 and w % 2 == 0 else 1  # the odd grids: no 2 x 2 merge
-    config = Qwen2VLVisionConfig(depth=0, embed_dim=80, num_heads=1, hidden_size=16,
-                                 spatial_merge_size=merge)  # fmt: skip
-    model = Qwen2VisionTransformerPretrainedModel(config).eval()
-    seen = _hooked(model.rotary_pos_emb)
-    patches = torch.zeros(h * w, 3 * 2 * 14 * 14)
-    with torch.no_grad():
-        model(patches, grid_thw=torch.tensor([[1, h, w]]))
-    ids = seen["args"][1]
-    if merge == 2:  # the 2 x 2 block order, not row-major
-        assert not torch.equal(ids[:, 0] * w + ids[:, 1], torch.arange(h * w))
-    cos, sin = seen["out"]
-    return _row_major(ids, h, w, cos), _row_major(ids, h, w, sin), ids
 
 
 def _dinov3(h, w):
@@ -181,14 +85,6 @@ def _sam3(h, w):
     return cos[0], sin[0]
 
 
-def _llama4_freqs(n):
-    from transformers.models.llama4.modeling_llama4 import Llama4VisionRotaryEmbedding
-
-    config = T.Llama4VisionConfig(hidden_size=1408, num_attention_heads=16,
-                                  image_size=n * 14, patch_size=14)  # fmt: skip
-    return Llama4VisionRotaryEmbedding(config).freqs_ci[:, 0]  # [n * n + 1, 44] complex64
-
-
 def _llama4(h, w):
     assert h == w
     freqs = _llama4_freqs(h)[:-1]  # the class token comes last
@@ -214,13 +110,6 @@ def _err(got, ref):
     return float(np.max(np.abs(np.asarray(got, dtype=np.float64) - ref)))
 
 
-def _within_half_ulp(got, ref):
-    got = np.asarray(got, dtype=np.float64)
-    bound = 6e-8 * np.abs(ref) + 1e-38
-    worst = float(np.max(np.abs(got - ref) - bound))
-    assert worst <= 0, worst
-
-
 # ---------------------------------------------------------------------------------------------
 # (1) compat="transformers": the module's bits
 
@@ -236,26 +125,6 @@ def test_compat_is_the_module(case):
                               dtype=torch.float32)  # fmt: skip
     assert torch.equal(pc, cos)
     assert torch.equal(ps, sin)
-
-
-def test_compat_numpy_and_dtype():
-    """NumPy out by default; Pixtral's cast to the activations' dtype is the module's."""
-    pc, ps = posenc.rope_grid((5, 6), 64, preset="pixtral", compat="transformers")
-    assert isinstance(pc, np.ndarray)
-    assert pc.dtype == np.float32
-    cos, sin = _pixtral(5, 6)
-    assert np.array_equal(pc, cos.numpy())
-    assert np.array_equal(ps, sin.numpy())
-    bc, bs = posenc.rope_grid((5, 6), 64, preset="pixtral", compat="transformers",
-                              dtype=torch.bfloat16)  # fmt: skip
-    rows, cols = np.divmod(np.arange(30), 6)
-    ids = torch.from_numpy(np.stack([rows, cols], 1))
-    with torch.no_grad():  # the module casts its float32 tables to the activations' dtype
-        half = _pixtral_model().patch_positional_embedding(torch.zeros(1, dtype=torch.bfloat16),
-                                                           ids)  # fmt: skip
-    assert half[0].dtype == torch.bfloat16
-    assert torch.equal(bc, half[0])
-    assert torch.equal(bs, half[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,45 +146,6 @@ def test_exact_against_float64(case):
     assert mine <= theirs
     if (h, w) == FAMILIES[family][1]:  # at the model's size float32's error shows
         assert theirs > 2 * mine, (mine, theirs)
-
-
-def test_qwen2_vl_merge_order_through_rope():
-    """The 2 x 2 merge-block order: posenc.rope of the model's own ids is the exact path,
-    the rows of rope_grid at row * W + column."""
-    h, w = FAMILIES["qwen2-vl-vision"][1]
-    ids = _qwen2_vl(h, w)[2]
-    cos, sin = posenc.rope(ids, 80, preset="qwen2-vl-vision", dtype=torch.float32)
-    rc, rs = reference("qwen2-vl-vision", h, w, 80)
-    flat = (ids[:, 0] * w + ids[:, 1]).numpy()
-    _within_half_ulp(cos, rc[flat])
-    _within_half_ulp(sin, rs[flat])
-    gc, gs = posenc.rope_grid((h, w), 80, preset="qwen2-vl-vision", dtype=torch.float32)
-    assert torch.equal(gc[flat], cos)
-    assert torch.equal(gs[flat], sin)
-
-
-def test_llama4_class_token_through_rope():
-    """The class token last at angle 0: posenc.rope of the ids (x + 1, y + 1) and (0, 0)."""
-    n = FAMILIES["llama4-vision"][1][0]
-    freqs = _llama4_freqs(n)
-    assert torch.equal(freqs[-1].real, torch.ones(44))
-    assert torch.equal(freqs[-1].imag, torch.zeros(44))
-    y, x = np.divmod(np.arange(n * n), n)
-    ids = np.concatenate([np.stack([x + 1, y + 1], 1), [[0, 0]]])
-    cos, sin = posenc.rope(ids, 88, preset="llama4-vision")
-    rc, rs = reference("llama4-vision", n, n, 88)
-    _within_half_ulp(cos[:-1], rc)
-    _within_half_ulp(sin[:-1], rs)
-    assert np.array_equal(cos[-1], np.ones(88))
-    assert np.array_equal(sin[-1], np.zeros(88))
-
-
-def test_dinov3_odd_grid_middle_is_zero():
-    """An odd axis's middle patch is at 0 (the original's coordinate): sin is 0 there."""
-    for n in (3, 7, 11, 19):
-        cos, sin = posenc.rope_grid((1, n), 64, preset="dinov3")
-        assert np.array_equal(sin[n // 2], np.zeros(64)), n  # y and x both at 0
-        assert np.array_equal(cos[n // 2], np.ones(64)), n
 
 
 # ---------------------------------------------------------------------------------------------

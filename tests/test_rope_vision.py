@@ -1,8 +1,10 @@
-"""``posenc.rope_grid`` for diffusers' video and image families (Wan, HunyuanVideo, CogVideoX,
-HunyuanDiT), against diffusers itself: ``compat="diffusers"`` equal bit for bit at the models'
-sizes and odd ones; the exact tables within float32 rounding of a float64 reference written
-here from the formula; the float32-only evaluator within 1e-6 at the largest catalogued
-sizes."""
+"""``posenc.rope_grid`` and ``posenc.apply_rope`` across diffusers' video and image families:
+the float32-only evaluator within 1e-6 at the largest catalogued sizes (Wan, HunyuanVideo, FLUX,
+CogVideoX); the grid's arguments (start, step, layouts, axes_scale, axes_base) against a float64
+reference written from the formula; the originals' rotations bit for bit under ``compat=``;
+every compat replay refuses a keyword its original has not and honours one it has; what
+``compat=`` returns, and an empty axis. One family's own tests are in
+tests/families/test_<record>.py."""
 
 from __future__ import annotations
 
@@ -13,162 +15,17 @@ import pytest
 
 import posenc
 from posenc.errors import PosencError
-from tests.reference import axial_rope, ltx_rope
+from tests.families.models import assert_exact
+from tests.reference import axial_rope
+from tests.reference import numpy_crop as _numpy_crop
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from diffusers.models import embeddings  # noqa: E402
-from diffusers.models.transformers import transformer_hunyuan_video, transformer_wan  # noqa: E402
-
-
-def assert_exact(got, want):
-    """Within one float32 rounding of the float64 value."""
-    got = np.asarray(got, dtype=np.float64)
-    np.testing.assert_array_less(np.abs(got - want), 6e-8 * np.abs(want) + 1e-38)
 
 
 def _pairs(out):
     return [np.asarray(t.double().numpy() if hasattr(t, "numpy") else t) for t in out]
-
-
-# ---------------------------------------------------------------------------------------------
-# Wan
-
-
-@pytest.mark.parametrize(
-    ("frames", "height", "width"),
-    [(21, 45, 80), (1, 7, 5), (3, 30, 52)],  # 720p x 81 frames; an image; odd sizes
-)
-@pytest.mark.parametrize("head", [128, 64, 40])
-def test_wan(frames, height, width, head):
-    module = transformer_wan.WanRotaryPosEmbed(head, (1, 2, 2), 1024)
-    hidden = torch.zeros(1, 1, frames, 2 * height, 2 * width)
-    want_cos, want_sin = (t[0, :, 0] for t in module(hidden))  # [1, S, 1, D]
-    cos, sin = posenc.rope_grid((frames, height, width), head, preset="wan", compat="diffusers",
-                                dtype=torch.float32)  # fmt: skip
-    assert torch.equal(cos, want_cos)
-    assert torch.equal(sin, want_sin)
-    side = 2 * (head // 6)
-    axes = (head - 2 * side, side, side)
-    ref = axial_rope((frames, height, width), axes, 1e4, (0, 1, 2),
-                    [np.arange(n) for n in (frames, height, width)])  # fmt: skip
-    for got, want in zip(posenc.rope_grid((frames, height, width), head, preset="wan"), ref,
-                         strict=True):  # fmt: skip
-        assert_exact(got, want)
-
-
-def test_wan_on_a_host_with_mps(monkeypatch):
-    """Wan's tables are float32 on a host with MPS, on the CPU too: compat 'diffusers-mps'."""
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    module = transformer_wan.WanRotaryPosEmbed(128, (1, 2, 2), 1024)
-    hidden = torch.zeros(1, 1, 21, 90, 160)
-    want = [t[0, :, 0] for t in module(hidden)]
-    got = posenc.rope_grid((21, 45, 80), 128, preset="wan", compat="diffusers-mps",
-                           dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-    ref = axial_rope((21, 45, 80), (44, 42, 42), 1e4, (0, 1, 2), [np.arange(21),
-                    np.arange(45), np.arange(80)])  # fmt: skip
-    mps_error = max(np.abs(w.double().numpy() - r).max() for w, r in zip(want, ref, strict=True))
-    assert mps_error > 1e-6  # the float32 angles' error (2.6e-6 in the catalogue)
-    for g, r in zip(posenc.rope_grid((21, 45, 80), 128, preset="wan"), ref, strict=True):
-        assert_exact(g, r)
-
-
-# ---------------------------------------------------------------------------------------------
-# HunyuanVideo
-
-
-@pytest.mark.parametrize(("frames", "height", "width"), [(33, 45, 80), (1, 3, 9), (5, 17, 8)])
-def test_hunyuan_video(frames, height, width):
-    module = transformer_hunyuan_video.HunyuanVideoRotaryPosEmbed(2, 1, [16, 56, 56], 256.0)
-    want = module(torch.zeros(1, 1, frames, 2 * height, 2 * width))
-    got = posenc.rope_grid((frames, height, width), 128, preset="hunyuan-video",
-                           compat="diffusers", dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-    ref = axial_rope((frames, height, width), (16, 56, 56), 256.0, (0, 1, 2),
-                    [np.arange(n) for n in (frames, height, width)])  # fmt: skip
-    exact = posenc.rope_grid((frames, height, width), 128, preset="hunyuan-video")
-    for g, r in zip(exact, ref, strict=True):
-        assert_exact(g, r)
-    if frames * height * width > 10_000:  # the original's float32 angles are off by more
-        original = max(np.abs(w.double().numpy() - r).max() for w, r in zip(want, ref, strict=True))
-        ours = max(np.abs(g - r).max() for g, r in zip(exact, ref, strict=True))
-        assert original > 1e-6 > ours
-
-
-# ---------------------------------------------------------------------------------------------
-# CogVideoX: crop-linspace (1.0) and slice (1.5) grids
-
-
-def _numpy_crop(start, stop, n):
-    """The original code's crop grid (numpy.linspace(start, stop, n, endpoint=False))."""
-    return np.linspace(start, stop, n, endpoint=False)
-
-
-@pytest.mark.parametrize(
-    ("frames", "grid", "base"),
-    [(13, (30, 45), (30, 45)), (13, (60, 90), (30, 45)), (7, (40, 52), (30, 45)),
-     (4, (23, 17), (30, 45))],
-)  # fmt: skip
-def test_cogvideox_crop_grids(frames, grid, base):
-    """CogVideoX 1.0: the pipeline's crop of the grid into its 45 x 30 base grid."""
-    from diffusers.pipelines.cogvideo.pipeline_cogvideox import get_resize_crop_region_for_grid
-
-    h, w = grid
-    top_left, bottom_right = get_resize_crop_region_for_grid((h, w), base[1], base[0])
-    want = embeddings.get_3d_rotary_pos_embed(64, (top_left, bottom_right), (h, w), frames)
-    crop = (tuple(top_left), tuple(bottom_right))
-    got = posenc.rope_grid((frames, h, w), 64, preset="cogvideox", crop=crop,
-                           compat="diffusers", dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
-    positions = [np.arange(frames), _numpy_crop(top_left[0], bottom_right[0], h),
-                 _numpy_crop(top_left[1], bottom_right[1], w)]  # fmt: skip
-    ref = axial_rope((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2), positions)
-    for g, r in zip(posenc.rope_grid((frames, h, w), 64, preset="cogvideox", crop=crop), ref,
-                    strict=True):  # fmt: skip
-        assert_exact(g, r)
-
-
-@pytest.mark.parametrize(("frames", "grid"), [(11, (48, 85)), (3, (7, 9))])
-def test_cogvideox_slice_grids(frames, grid):
-    """CogVideoX 1.5: integer positions ("slice"), the tables cut from the base grid's."""
-    h, w = grid
-    want = embeddings.get_3d_rotary_pos_embed(64, None, (h, w), frames, grid_type="slice",
-                                              max_size=(h + 3, w + 2))  # fmt: skip
-    got = posenc.rope_grid((frames, h, w), 64, preset="cogvideox", compat="diffusers",
-                           dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
-    ref = axial_rope((frames, h, w), (16, 24, 24), 1e4, (0, 1, 2),
-                    [np.arange(n) for n in (frames, h, w)])  # fmt: skip
-    for g, r in zip(posenc.rope_grid((frames, h, w), 64, preset="cogvideox"), ref, strict=True):
-        assert_exact(g, r)
-
-
-# ---------------------------------------------------------------------------------------------
-# HunyuanDiT: the 2D crop grid, column block first
-
-
-@pytest.mark.parametrize(
-    ("size", "crop"),
-    [((64, 64), ((0, 0), (32, 32))), ((64, 48), ((0, 4), (32, 28))), ((48, 64), ((4, 0), (28, 32))),
-     ((37, 29), ((3, 1), (29, 31)))],
-)  # fmt: skip
-def test_hunyuan_dit(size, crop):
-    h, w = size
-    want = embeddings.get_2d_rotary_pos_embed(88, crop, (h, w), use_real=True)
-    got = posenc.rope_grid((h, w), 88, preset="hunyuan-dit", crop=crop, compat="diffusers",
-                           dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
-    positions = [_numpy_crop(crop[0][0], crop[1][0], h), _numpy_crop(crop[0][1], crop[1][1], w)]
-    ref = axial_rope((h, w), (44, 44), 1e4, (1, 0), positions)
-    exact = posenc.rope_grid((h, w), 88, preset="hunyuan-dit", crop=crop)
-    for g, r in zip(exact, ref, strict=True):
-        assert_exact(g, r)
-    torch_port = max(np.abs(x.double().numpy() - r).max() for x, r in zip(want, ref, strict=True))
-    if crop[0] == (0, 0):  # diffusers' linspace is numpy's endpoint=False from 0 only
-        assert torch_port < 1e-5
-    else:  # the catalogued regression: 0.079 at 1024 x 768
-        assert torch_port > 1e-2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,110 +189,6 @@ def test_axes_base_gives_each_block_its_own_base():
         posenc.rope_grid((3, 5), 32, axes_dim=(16, 16), axes_base=(1e4,))
 
 
-@pytest.mark.parametrize(("dims", "fps"), [((16, 44, 80), 30), ((16, 44, 80), None),
-                                           ((5, 3, 7), 25), ((1, 9, 4), None)])  # fmt: skip
-def test_cosmos(dims, fps):
-    """Cosmos-1: per-axis NTK bases 1e4 * s ** (d / (d - 2)), halves over the whole head,
-    frames at i * 24 / fps (704 x 1280, 121 frames: 16 x 44 x 80 patches)."""
-    from diffusers.models.transformers.transformer_cosmos import CosmosRotaryPosEmbed
-
-    module = CosmosRotaryPosEmbed(128)
-    want = module(torch.zeros(1, 1, dims[0], 2 * dims[1], 2 * dims[2]), fps=fps)
-    step = None if fps is None else (24 / fps, 1.0, 1.0)
-    got = posenc.rope_grid(dims, 128, preset="cosmos", step=step, compat="diffusers",
-                           dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-    d_t, d_s = 44, 42
-    bases = (1e4 * 2.0 ** (d_t / (d_t - 2)), 1e4, 1e4)
-    t = np.arange(dims[0]) * (1.0 if fps is None else 24 / fps)
-    positions = [t, np.arange(dims[1]), np.arange(dims[2])]
-    grids = np.meshgrid(*positions, indexing="ij")
-    parts = [g.reshape(-1)[:, None] * b ** (-np.arange(0, d, 2) / d)
-             for g, b, d in zip(grids, bases, (d_t, d_s, d_s), strict=True)]  # fmt: skip
-    theta = np.concatenate(parts * 2, axis=1)
-    exact = posenc.rope_grid(dims, 128, preset="cosmos", step=step)
-    for g, w in zip(exact, (np.cos(theta), np.sin(theta)), strict=True):
-        assert_exact(g, w)
-
-
-@pytest.mark.parametrize("fhw", [(1, 83, 83), (1, 64, 48), (1, 7, 5), (3, 4, 6)])
-def test_qwen_image(fhw):
-    """Qwen-Image: complex64 tables (the compact layout as torch.complex), rows and columns
-    centred on 0 (1328 x 1328: 83 x 83 patches)."""
-    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
-
-    module = QwenEmbedRope(10000, [16, 56, 56], scale_rope=True)
-    video, _ = module([fhw], device=torch.device("cpu"), max_txt_seq_len=4)
-    cos, sin = posenc.rope_grid(fhw, 128, preset="qwen-image", layout="compact",
-                                compat="diffusers", dtype=torch.float32)  # fmt: skip
-    assert torch.equal(torch.complex(cos, sin), video)
-    f, h, w = fhw
-    positions = [np.arange(f), np.arange(h) - (h - h // 2), np.arange(w) - (w - w // 2)]
-    ref = axial_rope(fhw, (16, 56, 56), 1e4, (0, 1, 2), positions)
-    for got, want in zip(posenc.rope_grid(fhw, 128, preset="qwen-image"), ref, strict=True):
-        assert_exact(got, want)
-
-
-@pytest.mark.parametrize(
-    ("dim", "dims", "fps"),
-    [(2048, (16, 22, 40), 25), (2048, (3, 5, 7), 24), (100, (2, 3, 4), 25), (96, (5, 1, 3), 30)],
-)
-def test_ltx_video(dim, dims, fps):
-    """LTX-Video (704 x 1280, 121 frames: 16 x 22 x 40 latents): its one ladder read by three
-    axes, coordinates 2c - 1; diffusers' float32 errs by 3.6e-3 (its largest angles sit at
-    c = 0), posenc's exact table by one rounding."""
-    from diffusers.models.transformers.transformer_ltx import LTXVideoRotaryPosEmbed
-
-    scale = (8 / fps, 32, 32)
-    want = LTXVideoRotaryPosEmbed(dim)(torch.zeros(1, 1, 1), *dims,
-                                       rope_interpolation_scale=scale)  # fmt: skip
-    steps = tuple(2 * s / b for s, b in zip(scale, (20, 2048, 2048), strict=True))
-    got = posenc.rope_grid(dims, dim, preset="ltx-video", step=steps, compat="diffusers",
-                           dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, w[0]) for g, w in zip(got, want, strict=True))
-    ref = ltx_rope(dims, dim, steps)
-    exact = posenc.rope_grid(dims, dim, preset="ltx-video", step=steps)
-    for g, r in zip(exact, ref, strict=True):
-        assert_exact(g, r)
-    if fps == 25:  # the preset's own coordinates are 25 fps
-        default = posenc.rope_grid(dims, dim, preset="ltx-video")
-        assert all(np.array_equal(a, b) for a, b in zip(default, exact, strict=True))
-    original = max(np.abs(w[0].double().numpy() - r).max() for w, r in zip(want, ref, strict=True))
-    assert original > 1e-4  # the float32 angles near pi / 2 * 1e4
-
-
-def test_ltx_video_float32_only(float32_only):
-    steps = (0.032, 0.03125, 0.03125)
-    cos, sin = posenc.rope_grid((16, 22, 40), 2048, preset="ltx-video", dtype=torch.float32)
-    for got, want in zip((cos, sin), ltx_rope((16, 22, 40), 2048, steps), strict=True):
-        assert np.abs(got.double().numpy() - want).max() < 1e-6
-
-
-@pytest.mark.parametrize(("h", "w"), [(128, 128), (96, 160), (300, 200), (7, 5)])
-def test_cogview4_and_glm_image(h, w):
-    """GLM-Image: patch indices (rope_grid); CogView4: its 256 x 256 canvas sampled at
-    floor(i * 256 / n) (posenc.rope of those ids); [row | column] in halves, float32 in
-    diffusers."""
-    from diffusers.models.transformers.transformer_cogview4 import CogView4RotaryPosEmbed
-    from diffusers.models.transformers.transformer_glm_image import GlmImageRotaryPosEmbed
-
-    latents = torch.zeros(1, 1, 2 * h, 2 * w)
-    glm = GlmImageRotaryPosEmbed(128, 2)(latents)
-    got = posenc.rope_grid((h, w), 128, preset="cogview4", compat="diffusers",
-                           dtype=torch.float32)  # fmt: skip
-    assert all(torch.equal(g, x) for g, x in zip(got, glm, strict=True))
-    ref = axial_rope((h, w), (64, 64), 1e4, (0, 1), [np.arange(h), np.arange(w)], "halves")
-    for g, r in zip(posenc.rope_grid((h, w), 128, preset="cogview4"), ref, strict=True):
-        assert_exact(g, r)
-    rows, cols = np.arange(h) * 256 // h, np.arange(w) * 256 // w
-    canvas = CogView4RotaryPosEmbed(128, 2, (256, 256))(latents)
-    ref = axial_rope((h, w), (64, 64), 1e4, (0, 1), [rows, cols], "halves")
-    ids = np.stack(np.meshgrid(rows, cols, indexing="ij"), -1).reshape(-1, 2)
-    for g, r, c in zip(posenc.rope(ids, 128, preset="cogview4"), ref, canvas, strict=True):
-        assert_exact(g, r)
-        assert np.abs(c.double().numpy() - r).max() < 2e-5  # diffusers: float32, the same ids
-
-
 @pytest.mark.parametrize(
     ("preset", "shape", "dim", "kw", "named"),
     [("wan", (2, 3, 4), 24, {"layout": "compact"}, "`layout`"),
@@ -469,23 +222,6 @@ def test_module_keeps_the_preset_coordinates_a_call_leaves_out():
         RotaryEmbedding(24, preset="ltx-video")
     with pytest.raises(PosencError, match="no axial rule"):
         posenc.rope(torch.zeros(2, 3), 24, preset="ltx-video", compat="transformers")
-
-
-def test_cosmos_bases_follow_the_blocks_given():
-    """Cosmos's per-axis bases come from the blocks' widths, the preset's or the call's."""
-    dims, axes = (3, 4, 5), (64, 32, 32)
-    cos, sin = posenc.rope_grid(dims, 128, preset="cosmos", axes_dim=axes, dtype=np.float64)
-    bases = [1e4 * s ** (d / (d - 2)) for d, s in zip(axes, (2.0, 1.0, 1.0), strict=True)]
-    grids = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in dims], indexing="ij")
-    blocks = zip(grids, axes, bases, strict=True)
-    half = np.concatenate([g.reshape(-1, 1) * b ** (-np.arange(0, d, 2) / d)
-                           for g, d, b in blocks], axis=1)  # fmt: skip
-    np.testing.assert_allclose(cos, np.cos(np.concatenate([half, half], 1)), rtol=0, atol=1e-15)
-    np.testing.assert_allclose(sin, np.sin(np.concatenate([half, half], 1)), rtol=0, atol=1e-15)
-    own = posenc.rope_grid(dims, 128, preset="cosmos", axes_dim=(44, 42, 42), dtype=np.float64)
-    assert np.array_equal(own[1], posenc.rope_grid(dims, 128, preset="cosmos", dtype=np.float64)[1])
-    with pytest.raises(PosencError, match="three blocks wider than 2"):
-        posenc.rope_grid((3, 4), 64, preset="cosmos", axes_dim=(32, 32))
 
 
 def test_compat_follows_the_default_dtype_as_exact_does():
@@ -683,45 +419,6 @@ def test_compat_returns_numpy_unless_torch_is_asked_for():
     assert np.array_equal(wide, plain.astype(np.float64))
     with pytest.raises(PosencError, match="bfloat16"):
         posenc.rope_grid(**grid, dtype="bfloat16")
-
-
-@pytest.mark.parametrize(("cap", "image", "pad"), [(64, (1, 6, 8), 16), (32, (2, 3, 5), 2)])
-def test_z_image_caption_image_and_padding_as_grids(cap, image, pad):
-    """Z-Image's ids, cut into grids: the caption (1 … Lc, 0, 0) is the grid (Lc, 1, 1) at
-    start (1, 0, 0), the image starts at (Lc + 1, 0, 0), the padding (0, 0, 0) is the grid
-    (1, 1, 1): each bit for bit the module's rows."""
-    from diffusers.models.transformers import transformer_z_image
-
-    own = transformer_z_image.RopeEmbedder(256.0, (32, 48, 48), (1024, 512, 512))
-    grid = transformer_z_image.ZImageTransformer2DModel.create_coordinate_grid
-    ids = torch.cat([grid((cap, 1, 1), (1, 0, 0)).flatten(0, 2),
-                     grid(image, (cap + 1, 0, 0)).flatten(0, 2),
-                     torch.zeros(pad, 3, dtype=torch.int32)])  # fmt: skip
-    want = own(ids)
-    parts = [((cap, 1, 1), (1, 0, 0)), (image, (cap + 1, 0, 0)), ((1, 1, 1), (0, 0, 0))]
-    got = []
-    for shape, start in parts:
-        cos, sin = posenc.rope_grid(shape, 128, preset="z-image", start=start, layout="compact",
-                                    compat="diffusers", dtype=torch.float32)  # fmt: skip
-        got.append(torch.complex(cos, sin))
-    got[-1] = got[-1].expand(pad, -1)
-    assert torch.equal(torch.cat(got), want)
-
-
-def test_qwen_image_text_rows_are_a_diagonal():
-    """Qwen-Image's text token k sits at m + k on all three axes (m: the largest half side of
-    the images), a diagonal that no grid holds: posenc.rope of those ids gives the rows
-    exactly; diffusers' are float32 angles (patch's stand-in repeats them)."""
-    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
-
-    module = QwenEmbedRope(10000, [16, 56, 56], scale_rope=True)
-    _, text = module([(1, 12, 20)], device=torch.device("cpu"), max_txt_seq_len=7)
-    ids = np.repeat(10 + np.arange(7)[:, None], 3, axis=1)  # m = max(12 // 2, 20 // 2)
-    cos, sin = posenc.rope(ids, 128, preset="qwen-image", layout="compact")
-    ref = axial_rope((7,), (16, 56, 56), 1e4, (0, 0, 0), [10 + np.arange(7)])
-    for got, want in zip((cos, sin), ref, strict=True):
-        assert_exact(got, want[:, ::2])
-    assert np.abs(text.real.double().numpy() - cos).max() < 1e-6  # float32 angles
 
 
 def _compat_families():

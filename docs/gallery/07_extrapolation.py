@@ -4,8 +4,9 @@ Two figures, for docs/extrapolation.md. The first: the wavelength of each pair o
 block (56 channels, base 1e4, trained on 64 tokens per side) as sampled at 4096 x 4096 (256
 tokens), read back from the tables ``posenc.rope_grid`` gives under each rule: position
 interpolation and NTK-aware at s = 4, vision YaRN (the trained ladder for the fast pairs,
-NTK-aware in the middle, interpolation for the slow ones), and DyPE at three diffusion times,
-which returns to the trained ladder as the time goes to 0. The second: RIFLEx on
+NTK-aware in the middle, interpolation for the slow ones), DyPE at three diffusion times,
+which returns to the trained ladder as the time goes to 0, and ComfyUI-DyPE's rule at time 0,
+which does not (its thresholds raised to 2 t^2 all become 1). The second: RIFLEx on
 HunyuanVideo's temporal block (16 channels, base 256): the period of its intrinsic pair (k =
 4, 50 latent frames) against the video's length in latent frames, before and after the rule;
 the rule engages once the video is longer than that period, and keeps the period 1 / 0.9
@@ -33,6 +34,7 @@ RULES: dict[str, dict[str, Any] | None] = {
     "DyPE, t = 1": {"rope_type": "dype", "time": 1.0, **TRAINED},
     "DyPE, t = 0.5": {"rope_type": "dype", "time": 0.5, **TRAINED},
     "DyPE, t = 0.1": {"rope_type": "dype", "time": 0.1, **TRAINED},
+    "ComfyUI-DyPE, t = 0": {"rope_type": "dype-comfyui", "time": 0.0, **TRAINED},
 }
 
 
@@ -85,7 +87,8 @@ def figures() -> Iterator[tuple[str, str, str, Any]]:
     caption = (
         "Interpolation stretches every wavelength 4 times, NTK-aware the slow ones only; vision "
         "YaRN keeps the fast pairs, NTK-aware in the middle, interpolation for the slowest; "
-        "DyPE moves those bands toward the slow end as the diffusion time goes to 0."
+        "DyPE moves those bands toward the slow end as the diffusion time goes to 0; "
+        "ComfyUI-DyPE's rule keeps interpolating the slow pairs at time 0."
     )
     yield "", "extrapolation-ladders", caption, fig
     lengths = np.arange(10, 131, 2)

@@ -11,6 +11,7 @@ Every value is the exact encoding (angles in float64) rounded once to the output
 
 from posenc.api.apply import apply_rope
 from posenc.api.detr import detr
+from posenc.api.options import GridOptions, RotaryOptions
 from posenc.api.positions import fairseq_positions
 from posenc.api.presets import preset, presets
 from posenc.api.rope import rope
@@ -29,8 +30,10 @@ __version__ = "0.2.0"
 
 __all__ = [
     "Encoding",
+    "GridOptions",
     "PosencError",
     "Preset",
+    "RotaryOptions",
     "RotaryPreset",
     "apply_rope",
     "context_parallel_positions",

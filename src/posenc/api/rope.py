@@ -7,11 +7,11 @@ engine for transformers' own float32 arithmetic (:mod:`posenc.compat.transformer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from posenc import evaluate
 from posenc._types import ArrayLike, Floats, NumpyDType
+from posenc.api.options import RotaryOptions, checked
 from posenc.errors import PosencError, check_choice
 from posenc.evaluate.libs import as_positions
 from posenc.evaluate.positions import Positions
@@ -19,6 +19,8 @@ from posenc.spec.presets import ROTARY_PRESETS
 from posenc.spec.rotary import Rotary, rotary
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from posenc._types import Tensor, TorchDType
 
 
@@ -27,19 +29,11 @@ def rope(
     positions: Tensor,
     dim: int,
     *,
-    base: float | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
-    layout: str | None = ...,
+    preset: str | None = ...,
     dtype: Any = ...,
     seq_len: int | None = ...,
-    sections: tuple[int, ...] | None = ...,
-    interleave_sections: bool | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    blocks: int | None = ...,
     compat: str | None = ...,
-    preset: str | None = ...,
+    **options: Unpack[RotaryOptions],
 ) -> tuple[Tensor, Tensor]: ...
 
 
@@ -48,19 +42,11 @@ def rope(
     positions: Any,
     dim: int,
     *,
-    base: float | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
-    layout: str | None = ...,
+    preset: str | None = ...,
     dtype: TorchDType,
     seq_len: int | None = ...,
-    sections: tuple[int, ...] | None = ...,
-    interleave_sections: bool | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    blocks: int | None = ...,
     compat: str | None = ...,
-    preset: str | None = ...,
+    **options: Unpack[RotaryOptions],
 ) -> tuple[Tensor, Tensor]: ...
 
 
@@ -69,19 +55,11 @@ def rope(
     positions: ArrayLike,
     dim: int,
     *,
-    base: float | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
-    layout: str | None = ...,
+    preset: str | None = ...,
     dtype: NumpyDType = ...,
     seq_len: int | None = ...,
-    sections: tuple[int, ...] | None = ...,
-    interleave_sections: bool | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    blocks: int | None = ...,
     compat: str | None = ...,
-    preset: str | None = ...,
+    **options: Unpack[RotaryOptions],
 ) -> tuple[Floats, Floats]: ...
 
 
@@ -90,19 +68,11 @@ def rope(
     positions: Any,
     dim: int,
     *,
-    base: float | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
-    layout: str | None = ...,
+    preset: str | None = ...,
     dtype: Any = ...,
     seq_len: int | None = ...,
-    sections: tuple[int, ...] | None = ...,
-    interleave_sections: bool | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    blocks: int | None = ...,
     compat: str | None = ...,
-    preset: str | None = ...,
+    **options: Unpack[RotaryOptions],
 ) -> tuple[Any, Any]: ...
 
 
@@ -110,19 +80,11 @@ def rope(
     positions: Any,
     dim: int,
     *,
-    base: float | None = None,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
-    layout: str | None = None,
+    preset: str | None = None,
     dtype: Any = None,
     seq_len: int | None = None,
-    sections: tuple[int, ...] | None = None,
-    interleave_sections: bool | None = None,
-    axes_dim: tuple[int, ...] | None = None,
-    axes_scale: tuple[float, ...] | None = None,
-    axes_base: tuple[float, ...] | None = None,
-    blocks: int | None = None,
     compat: str | None = None,
-    preset: str | None = None,
+    **options: Unpack[RotaryOptions],
 ) -> tuple[Any, Any]:
     """The rotary tables ``cos, sin`` of positions: exact, in any scaling rule.
 
@@ -132,44 +94,28 @@ def rope(
             (Qwen2-VL's ``[3, batch, seq]``: temporal, height, width); with ``axes_dim`` a
             trailing axis of one coordinate per block (FLUX's ``[N, 3]``).
         dim: the rotary width ``d`` (after any partial-rotary factor): even.
-        base: ``rope_theta`` (10000).
-        scaling: a transformers rope-parameters dict: ``rope_type`` ``"default"``,
-            ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"longrope"``, ``"llama3"`` or
-            ``"proportional"`` with that type's keys. Its attention factor multiplies cos and
-            sin (before the one rounding). With ``axes_dim``, one rule per block too (a
-            tuple, None for a block left as it is), and the rules of image and video models
-            past their trained size (``"riflex"``, ``"ntk"``, ``"ntk-aware"``: see
-            :func:`posenc.rope_grid`).
-        layout: ``"halves"`` (the default; ``cos[..., i] == cos[..., i + d/2]``: GPT-NeoX, HF
-            ``rotate_half``), ``"interleaved"`` (``cos[..., 2i] == cos[..., 2i+1]``: GPT-J,
-            Meta Llama, FLUX), ``"compact"`` (``d / 2`` columns: flash-attn, vLLM) or
-            ``"block-halves"`` (halves inside each of ``blocks`` equal blocks: Allegro's axes,
-            LTX-2's heads).
+        preset: a model family's keywords (``posenc.presets("rotary")``: ``llama``,
+            ``llama3``, ``neox``, ``gptj``, ``qwen2-vl``, ``flux``, ``deepseek-v3``, …); the
+            keywords given beside it replace the preset's.
         dtype: output dtype (default float32, or torch's default dtype).
         seq_len: the sequence length the ``dynamic`` and ``longrope`` rules read (default:
             the largest position + 1, transformers' rule). ``dynamic`` is stateless: the
             answer of a freshly built transformers module.
-        sections: multimodal RoPE (Qwen2-VL ``mrope_section``): frequencies per position axis,
-            adding up to ``d / 2``; the result is already merged, as transformers returns it.
-        interleave_sections: with ``sections``, assign the frequencies round robin
-            (Qwen3-VL's interleaved mrope) instead of in chunks.
-        axes_dim: axial RoPE (FLUX ``(16, 56, 56)``): one block per position axis, each with
-            its own frequencies, laid out over the whole width (interleaved pairs inside their
-            block; halves hold every block in both halves); the widths add up to ``dim``.
-            :func:`posenc.rope_grid` gives them for whole image and video grids.
-        axes_scale: with ``axes_dim``, a factor on each block's frequencies.
-        axes_base: with ``axes_dim``, each block's own base in place of ``base``.
-        blocks: with ``layout="block-halves"``, how many equal blocks (default: the preset's,
-            else 1, plain halves).
         compat: ``"transformers"``: transformers' own float32 arithmetic of 1-D and
             multimodal-section RoPE, bit for bit on CPU torch (so a model switches to posenc
             without changing one logit); the only mode here. diffusers' and timm's tables
             (``"diffusers"``, ``"timm"``) are :func:`posenc.rope_grid`'s ``compat=`` for grid
             families, and :func:`posenc.torch.patch` (``compat="original"``) for positions no
             grid holds. Default: exact (float64 angles, one rounding to ``dtype``).
-        preset: a model family's keywords (``posenc.presets("rotary")``: ``llama``,
-            ``llama3``, ``neox``, ``gptj``, ``qwen2-vl``, ``flux``, ``deepseek-v3``, …); the
-            keywords given beside it replace the preset's.
+        **options: the table's keywords (:class:`posenc.RotaryOptions`): ``base``
+            (``rope_theta``, 10000), ``scaling`` (a transformers rope-parameters dict:
+            ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"longrope"``, ``"llama3"``,
+            ``"proportional"``; with ``axes_dim`` one rule per block, the image and video
+            rules of :func:`posenc.rope_grid` included), ``layout`` (``"halves"``,
+            ``"interleaved"``, ``"compact"``, ``"block-halves"``), ``sections`` and
+            ``interleave_sections`` (multimodal RoPE), ``axes_dim`` (axial RoPE: one block
+            per position axis, FLUX's ``(16, 56, 56)``; :func:`posenc.rope_grid` gives whole
+            grids), ``axes_scale``, ``axes_base``, ``blocks``.
 
     Returns:
         ``(cos, sin)``, each ``[*s, d]`` (``[*s, d/2]`` compact), in the library and on the
@@ -182,19 +128,7 @@ def rope(
         >>> cos.shape, cos.dtype
         ((4096, 128), dtype('float32'))
     """
-    r = rotary(
-        dim,
-        preset=preset,
-        base=base,
-        scaling=scaling,
-        layout=layout,
-        sections=sections,
-        interleave_sections=interleave_sections,
-        axes_dim=axes_dim,
-        axes_scale=axes_scale,
-        axes_base=axes_base,
-        blocks=blocks,
-    )
+    r = rotary(dim, preset=preset, **checked("rope", options, RotaryOptions))
     compat = None if compat is None else _check_compat(compat, preset)
     if compat is not None and any(rule.float32 is None for rule in r.rules):
         kinds = ", ".join(repr(s.rope_type) for s in r.scalings if s.rule.float32 is None)

@@ -19,6 +19,7 @@ import numpy as np
 
 from posenc import evaluate
 from posenc._types import Floats, NumpyDType
+from posenc.api.options import GridOptions, checked
 from posenc.api.rope import rope_label
 from posenc.errors import MAX_POSITION, PosencError, check_choice, check_int, check_real, show
 from posenc.evaluate.libs import is_torch
@@ -30,6 +31,8 @@ from posenc.spec.rotary import Rotary, rotary, with_axes_scaling
 from posenc.spec.scaling import across, sized, timed
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from posenc._types import Tensor, TorchDType
 
 
@@ -39,13 +42,6 @@ def rope_grid(
     dim: int,
     *,
     preset: str | None = ...,
-    base: float | None = ...,
-    layout: str | None = ...,
-    blocks: int | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
@@ -55,6 +51,7 @@ def rope_grid(
     device: Any = ...,
     like: Any = ...,
     compat: str | None = ...,
+    **options: Unpack[GridOptions],
 ) -> tuple[Tensor, Tensor]: ...
 
 
@@ -64,13 +61,6 @@ def rope_grid(
     dim: int,
     *,
     preset: str | None = ...,
-    base: float | None = ...,
-    layout: str | None = ...,
-    blocks: int | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
@@ -80,6 +70,7 @@ def rope_grid(
     device: Any = ...,
     like: Tensor,
     compat: str | None = ...,
+    **options: Unpack[GridOptions],
 ) -> tuple[Tensor, Tensor]: ...
 
 
@@ -89,13 +80,6 @@ def rope_grid(
     dim: int,
     *,
     preset: str | None = ...,
-    base: float | None = ...,
-    layout: str | None = ...,
-    blocks: int | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
@@ -105,6 +89,7 @@ def rope_grid(
     device: None = ...,
     like: np.ndarray | None = ...,
     compat: str | None = ...,
+    **options: Unpack[GridOptions],
 ) -> tuple[Floats, Floats]: ...
 
 
@@ -114,13 +99,6 @@ def rope_grid(
     dim: int,
     *,
     preset: str | None = ...,
-    base: float | None = ...,
-    layout: str | None = ...,
-    blocks: int | None = ...,
-    axes_dim: tuple[int, ...] | None = ...,
-    axes_scale: tuple[float, ...] | None = ...,
-    axes_base: tuple[float, ...] | None = ...,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = ...,
     time: float | None = ...,
     block_axes: tuple[int, ...] | None = ...,
     start: float | Sequence[float] | None = ...,
@@ -130,6 +108,7 @@ def rope_grid(
     device: Any = ...,
     like: Any = ...,
     compat: str | None = ...,
+    **options: Unpack[GridOptions],
 ) -> tuple[Any, Any]: ...
 
 
@@ -138,13 +117,6 @@ def rope_grid(
     dim: int,
     *,
     preset: str | None = None,
-    base: float | None = None,
-    layout: str | None = None,
-    blocks: int | None = None,
-    axes_dim: tuple[int, ...] | None = None,
-    axes_scale: tuple[float, ...] | None = None,
-    axes_base: tuple[float, ...] | None = None,
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
     time: float | None = None,
     block_axes: tuple[int, ...] | None = None,
     start: float | Sequence[float] | None = None,
@@ -154,6 +126,7 @@ def rope_grid(
     device: Any = None,
     like: Any = None,
     compat: str | None = None,
+    **options: Unpack[GridOptions],
 ) -> tuple[Any, Any]:
     """The rotary tables ``cos, sin`` of every token of a grid (axial RoPE: image and video
     transformers).
@@ -167,34 +140,6 @@ def rope_grid(
             ``pixtral``, ``dinov3``, ``sam2``, …; timm's; ``posenc.presets("rotary")``): its
             base, layout, how it splits ``dim`` into blocks and, for some, its coordinates.
             Keywords given beside it replace the preset's.
-        base: ``theta`` (10000).
-        layout: ``"interleaved"`` (pairs ``(2i, 2i+1)``, each block's own: FLUX, Wan,
-            HunyuanVideo, CogVideoX), ``"halves"`` (pairs ``(i, i + dim/2)``, both halves
-            holding every block: Qwen2-VL's vision tower, Pixtral), ``"block-halves"``
-            (halves inside each of ``blocks`` equal blocks: Allegro, LTX-2's split heads) or
-            ``"compact"``.
-        blocks: with ``layout="block-halves"``, how many blocks (default the preset's, or 1).
-        axes_dim: the width of each block, one per grid axis, adding up to ``dim``; each
-            block has its own frequencies ``base ** (-2j / d_a)``.
-        axes_scale: a factor multiplying each block's frequencies (default 1).
-        axes_base: each block's own base, in place of ``base`` (Cosmos's per-axis NTK).
-        scaling: a rule past the trained size, for every axis (a dict) or one per grid axis
-            (a tuple of dicts, None for an axis left as it is), applied to that axis' block
-            ladder (its width ``d_a`` and base): ``{"rope_type": "riflex", "k": 4, "length":
-            66}`` (RIFLEx: pair ``k``, 1-based, lowered to ``0.9 * 2 pi / length``, once
-            ``length`` latent frames pass its period ``round(2 pi / omega)``, or with
-            ``"always": True``; ``"riflex_scale"``: the 0.9), ``{"rope_type": "ntk", "factor":
-            a}`` (the base times ``a``), ``{"rope_type": "ntk-aware", "factor": s}`` (times ``s
-            ** (d_a / (d_a - 2))``), ``{"rope_type": "linear", "factor": s}`` (frequencies
-            ``/ s``), ``"imax"``, ``"multi-inter"``, ``"vision-yarn"`` (its magnitude on
-            the axes it is given for), ``"dype"`` and ``"lumina-time"`` (with ``"time"``: 1
-            pure noise), and transformers' rules (docs: *Beyond the trained size*). Exact: the
-            rule's float64 frequencies and magnitude, rounded once with the table. A rule of
-            one grid axis takes what it lacks from the grid and the size the preset's family
-            was trained at (its record's ``trained``): RIFLEx's ``length`` is ``shape[a]`` and
-            its pair the family's (HunyuanVideo 4, CogVideoX 2, Wan 6); vision YaRN's and
-            DyPE's ``original_max_position_embeddings`` the trained extent (FLUX 64) and
-            ``factor`` ``shape[a]`` over it (pass ``factor`` for a crop of a larger image).
         time: the diffusion time (1: pure noise, 0: the clean image) for the rules that
             follow it (``"dype"``, ``"lumina-time"``), which refuse to run without one: given
             to each that has no ``"time"`` of its own.
@@ -227,6 +172,30 @@ def rope_grid(
             Cosmos' ``rope_scale`` (``"ntk-aware"``, ``"ntk"``), Lumina-Next's pipeline
             (``"lumina-time"``, ``"linear"``, ``"ntk"``); any other is refused, naming it.
             Default: exact.
+        **options: the table's keywords (:class:`posenc.GridOptions`), each replacing the
+            preset's: ``base`` (``theta``, 10000), ``layout`` (``"interleaved"``: pairs
+            ``(2i, 2i+1)``, each block's own: FLUX, Wan, HunyuanVideo, CogVideoX;
+            ``"halves"``: both halves holding every block: Qwen2-VL's vision tower, Pixtral;
+            ``"block-halves"``: Allegro, LTX-2's split heads; ``"compact"``), ``blocks``,
+            ``axes_dim`` (the width of each block, one per grid axis, adding up to ``dim``),
+            ``axes_scale``, ``axes_base`` (Cosmos's per-axis bases) and ``scaling``: a rule
+            past the trained size, for every axis (a dict) or one per grid axis (a tuple of
+            dicts, None for an axis left as it is), applied to that axis' block ladder (its
+            width ``d_a`` and base): ``{"rope_type": "riflex", "k": 4, "length": 66}``
+            (RIFLEx: pair ``k``, 1-based, lowered to ``0.9 * 2 pi / length``, once ``length``
+            latent frames pass its period ``round(2 pi / omega)``, or with ``"always":
+            True``), ``{"rope_type": "ntk", "factor": a}`` (the base times ``a``),
+            ``{"rope_type": "ntk-aware", "factor": s}`` (times ``s ** (d_a / (d_a - 2))``),
+            ``{"rope_type": "linear", "factor": s}`` (frequencies ``/ s``), ``"imax"``,
+            ``"multi-inter"``, ``"vision-yarn"`` (its magnitude on the axes it is given for),
+            ``"dype"``, ``"dype-comfyui"`` and ``"lumina-time"`` (with ``"time"``: 1 pure
+            noise), and transformers' rules (docs: *Beyond the trained size*). Exact: the
+            rule's float64 frequencies and magnitude, rounded once with the table. A rule of
+            one grid axis takes what it lacks from the grid and the size the preset's family
+            was trained at (its record's ``trained``): RIFLEx's ``length`` is ``shape[a]`` and
+            its pair the family's (HunyuanVideo 4, CogVideoX 2, Wan 6); vision YaRN's and
+            DyPE's ``original_max_position_embeddings`` the trained extent (FLUX 64) and
+            ``factor`` ``shape[a]`` over it (pass ``factor`` for a crop of a larger image).
 
     Returns:
         ``(cos, sin)``, each ``[prod(shape), dim]`` (``dim / 2`` compact). NumPy arrays,
@@ -243,19 +212,10 @@ def rope_grid(
         >>> cos, sin = posenc.rope_grid((32, 24), 88, preset="hunyuan-dit",
         ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
     """
-    scaling = timed(scaling, time)
+    given = checked("rope_grid", options, GridOptions)
+    scaling = timed(given.pop("scaling", None), time)
     per_axis = scaling if isinstance(scaling, list | tuple) else None
-    r = rotary(
-        dim,
-        preset=preset,
-        base=base,
-        scaling=None if per_axis is not None else scaling,
-        layout=layout,
-        axes_dim=axes_dim,
-        axes_scale=axes_scale,
-        axes_base=axes_base,
-        blocks=blocks,
-    )
+    r = rotary(dim, preset=preset, scaling=None if per_axis is not None else scaling, **given)
     if r.sections is not None or (r.axes_dim is None and not SPACINGS[r.spacing].shared):
         raise PosencError(
             "`rope_grid` needs one block per grid axis: pass `axes_dim` or an axial preset "

@@ -39,8 +39,8 @@ def _ramp(fast: float, slow: float, d: int, base: float, length: float) -> torch
     """``find_correction_range`` and ``linear_ramp_factor``: the float32 ramp over the ``d /
     2`` pairs."""
     n = d // 2
-    lo = max(math.floor(_pair_index(fast, d, base, length)), 0)
-    hi = min(math.ceil(_pair_index(slow, d, base, length)), d - 1)
+    lo: float = max(math.floor(_pair_index(fast, d, base, length)), 0)
+    hi: float = min(math.ceil(_pair_index(slow, d, base, length)), d - 1)
     lo, hi = min(max(lo, 0), n), min(max(hi, 0), n)
     if lo == hi:
         hi += 0.001

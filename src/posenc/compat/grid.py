@@ -138,7 +138,8 @@ def references(call: GridCall, takes: Collection[str] = ()) -> list[Reference]:
     for b, (one, d, base) in enumerate(zip(rotary.axes_scaling, widths, bases, strict=True)):
         make = None if one.is_default else one.rule.reference
         ref = Reference() if one.is_default else make(one.p, d, float(base)) if make else None
-        if ref is None or not ref.forms <= set(takes):
+        forms = frozenset() if one.is_default else one.rule.forms  # at any size
+        if ref is None or not (ref.forms | forms) <= set(takes):
             offered = ", ".join(sorted(takes)) or "no rule"
             raise PosencError(
                 f"`scaling[{call.blocks[b]}]` with `compat`: compat={call.compat!r} repeats "

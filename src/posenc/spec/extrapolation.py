@@ -116,8 +116,10 @@ def dype_comfyui_reference(p: Params, d: int, base: float) -> Reference:
     _, m = dype_comfyui(p, d, base, None)
     k = p["dype_scale"] * p["time"] ** p["dype_exponent"]
     bands = {key: p[key] ** k for key in ("beta_fast", "beta_slow", "gamma_fast", "gamma_slow")}
-    keys = ("factor", "original_max_position_embeddings")
-    given = {key: float(p[key]) for key in keys}
+    given = {
+        "factor": max(float(p["factor"]), 1.0),  # the node's max(1, span / G)
+        "original_max_position_embeddings": float(p["original_max_position_embeddings"]),
+    }
     return Reference(comfyui={**given, **bands, "global_factor": glob, "magnitude": m})
 
 
@@ -273,14 +275,16 @@ def dype_comfyui(p: Params, d: int, base: float, seq_len: int | None) -> tuple[n
     thresholds are raised to ``k = dype_scale * time ** dype_exponent`` (not multiplied: as the
     time goes to 0 they all go to 1, so the table keeps position interpolation past one
     rotation and does not return to the trained ladder), interpolation by the axis' own
-    ``factor`` and NTK-aware by ``global_factor`` (the image's larger side over the trained
+    ``factor`` (at least 1: a side below the trained one is not stretched) and NTK-aware by
+    ``global_factor`` (the image's larger side over the trained
     one; default ``factor``), magnitude ``1 + 0.1 ln(global_factor) * min(time /
     dype_start_sigma, 1) ** dype_exponent``; the trained ladder where ``global_factor`` <= 1."""
     glob = p["global_factor"] if p["global_factor"] is not None else p["factor"]
     if glob <= 1:
         return paper(d, base), 1.0
     k = p["dype_scale"] * p["time"] ** p["dype_exponent"]
-    omega = _blend(p, d, base, 1.0, schedule=lambda r: r**k, global_factor=glob)
+    local = {**p, "factor": max(p["factor"], 1.0)}  # the node's max(1, span / G)
+    omega = _blend(local, d, base, 1.0, schedule=lambda r: r**k, global_factor=glob)
     decay = min(p["time"] / p["dype_start_sigma"], 1.0) ** p["dype_exponent"]
     return omega, 1.0 + 0.1 * math.log(glob) * decay
 

@@ -88,9 +88,12 @@ class Rule:
             applied to one axis of a grid: ``rope_grid(..., scaling=...)``; no float32 replay
             of transformers').
         reference: ``(params, d, base) -> Reference``: the rule in its references' own terms
-            (:class:`~posenc.spec.extrapolation.Reference`: a base, a divisor, pairs set), which
-            a ``compat=`` replay applies within the original's arithmetic; None: no reference
-            code applies it that way (``compat=`` refuses it).
+            (:class:`~posenc.spec.extrapolation.Reference`: a base, a divisor, pairs set, a
+            blend), which a ``compat=`` replay applies within the original's arithmetic; None:
+            no reference code applies it that way (``compat=`` refuses it).
+        forms: the :attr:`Reference.forms <posenc.spec.extrapolation.Reference.forms>` its
+            ``reference`` can give, whatever the parameters (within the trained size it may
+            give none): a replay that does not take them all refuses the rule at any size.
         from_grid: the keys a rule of one grid axis takes, when it has none, from the grid
             and the size the preset's family was trained at (:func:`sized`): ``length``
             (the axis's extent), ``repeats_at`` (where the family's videos repeat, when no
@@ -112,6 +115,7 @@ class Rule:
     unscaled: bool = False
     origin: str = "transformers"
     reference: Callable[[Params, int, float], Reference] | None = None
+    forms: frozenset[str] = frozenset()
     from_grid: tuple[str, ...] = ()
 
     @property
@@ -151,6 +155,7 @@ RULES: dict[str, Rule] = {
         linear32,
         requires_factor=True,
         reference=linear_reference,
+        forms=frozenset({"linear"}),
     ),
     "dynamic": Rule(
         ("factor", "max_position_embeddings"),
@@ -199,6 +204,7 @@ RULES: dict[str, Rule] = {
         requires_factor=True,
         origin="vision",
         reference=ntk_reference,
+        forms=frozenset({"base"}),
     ),
     "ntk-aware": Rule(
         ("factor",),
@@ -208,6 +214,7 @@ RULES: dict[str, Rule] = {
         requires_factor=True,
         origin="vision",
         reference=ntk_aware_reference,
+        forms=frozenset({"base"}),
     ),
     "riflex": Rule(
         ("length",),
@@ -217,6 +224,7 @@ RULES: dict[str, Rule] = {
         check=riflex_check,
         origin="vision",
         reference=riflex_reference,
+        forms=frozenset({"pairs"}),
         from_grid=("length", "repeats_at"),
     ),
     "vision-yarn": Rule(
@@ -227,6 +235,7 @@ RULES: dict[str, Rule] = {
         requires_factor=True,
         origin="vision",
         reference=vision_yarn_reference,
+        forms=frozenset({"by_parts"}),
         from_grid=("original_max_position_embeddings", "factor"),
     ),
     "dype": Rule(
@@ -237,6 +246,7 @@ RULES: dict[str, Rule] = {
         requires_factor=True,
         origin="vision",
         reference=dype_reference,
+        forms=frozenset({"by_parts"}),
         from_grid=("original_max_position_embeddings", "factor"),
     ),
     "dype-comfyui": Rule(
@@ -253,6 +263,7 @@ RULES: dict[str, Rule] = {
         requires_factor=True,
         origin="vision",
         reference=dype_comfyui_reference,
+        forms=frozenset({"comfyui"}),
         from_grid=("original_max_position_embeddings", "factor", "global_factor"),
     ),
     "lumina-time": Rule(
@@ -263,6 +274,7 @@ RULES: dict[str, Rule] = {
         requires_factor=True,
         origin="vision",
         reference=lumina_time_reference,
+        forms=frozenset({"linear", "base"}),
     ),
     "imax": Rule(
         ("factor",), {"ntk_factor": 10.0}, imax, None, requires_factor=True, origin="vision"

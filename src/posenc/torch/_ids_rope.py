@@ -22,7 +22,7 @@ from posenc.compat.grid import GridCall, references
 from posenc.errors import PosencError
 from posenc.spec.families import flux
 from posenc.spec.rotary import rotary, with_axes_scaling
-from posenc.torch._scaled import Scaled
+from posenc.torch._scaled import Scaled, eager
 
 
 def _mode(compat: str | None) -> str:
@@ -182,11 +182,12 @@ class AxialRope(Scaled, nn.Module):
         )
         return cos, sin
 
-    @torch.compiler.disable
+    @eager
     def _scaled(self, ids: Tensor, axes: tuple[int, ...]) -> Any:
         flat = ids.detach().reshape(-1, ids.shape[-1])
         spans = (flat.amax(0) - flat.amin(0) + 1).tolist() if flat.numel() else [0] * len(axes)
-        key = (tuple(ids.shape), str(ids.device), hash(flat.cpu().numpy().tobytes()))
+        values = flat.to("cpu", torch.float64).numpy().tobytes()  # any dtype, bfloat16 too
+        key = (tuple(ids.shape), str(ids.device), ids.dtype, hash(values))
         make = self._exact if self.compat is None else self._official
         return self.tables([int(v) for v in spans], key, partial(make, ids, axes))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -26,6 +26,14 @@ from posenc.spec.scaling import RULES, timed
 
 TIMESTEP = "timestep"
 """The argument of a diffusers transformer's forward that carries the diffusion time."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def eager(function: F) -> F:
+    """``function`` run outside any ``torch.compile`` graph (``torch.compiler.disable``,
+    typed): a rule's tables, made from the time that eager code reads."""
+    return cast(F, torch.compiler.disable(function))  # type: ignore[no-untyped-call]
 
 
 def check_scaling(scaling: Any) -> Any:
@@ -69,32 +77,41 @@ class Clock:
         self.time: float | None = None
 
     def read(self, timestep: Any) -> None:
-        """Set the time from a forward's ``timestep`` (a number or a tensor: one value for
-        the whole batch)."""
+        """Set the time from a forward's ``timestep``: a number or a tensor holding one value
+        for the whole batch, besides zeros (the clean tokens of a condition: Wan 2.2's
+        per-token timesteps, 0 on an image-to-video's first frame)."""
         if timestep is None:
             self.time = None
             return
         values = torch.as_tensor(timestep).detach().reshape(-1).to("cpu", torch.float64)
-        if values.numel() == 0 or not bool((values == values[0]).all()):
+        noised = torch.unique(values[values != 0])
+        if values.numel() == 0 or noised.numel() > 1:
             raise PosencError(
                 f"`timestep` of {self.owner} must hold one time for the whole batch (a rule "
-                f"that follows the diffusion time makes one table for it), got "
-                f"{show(values.tolist())}"
+                f"that follows the diffusion time makes one table for it; zeros, clean "
+                f"condition tokens, aside), got {show(values.tolist())}"
             )
-        time = float(values[0]) / self.noise
+        value = float(noised[0]) if noised.numel() else 0.0
+        time = value / self.noise
         if not 0.0 <= time <= 1.0:
             raise PosencError(
                 f"`timestep` of {self.owner} must be in [0, {self.noise:g}] (pure noise at "
-                f"{self.noise:g}, as its pipeline passes it), got {float(values[0]):g}"
+                f"{self.noise:g}, as its pipeline passes it), got {value:g}"
             )
         self.time = time
 
 
-@torch.compiler.disable
+@eager
 def _read(clock: Clock, position: int, module: nn.Module, args: Any, kwargs: Any) -> None:
     """The forward pre-hook: the clock reads the forward's ``timestep``."""
     given = kwargs.get(TIMESTEP, args[position] if position < len(args) else None)
     clock.read(given)
+
+
+@eager
+def _stop(clock: Clock, *_: Any) -> None:
+    """The forward hook (also after an error): no time outside the forward."""
+    clock.time = None
 
 
 def _timestep_position(module: nn.Module) -> int | None:
@@ -157,24 +174,26 @@ class Scaled:
             )
         return timed(scaling, time)
 
-    @torch.compiler.disable
+    @eager
     def tables(self, dims: Sequence[int], key: Any, make: Callable[[Any], Any]) -> Any:
         """``make(rules)``: the tables of the grid ``dims`` under :meth:`rules` (``key``: what
         else they depend on), made again only when the rules or the key change (a new time
         of DyPE, a new size). Eager code: the time is read here, outside any compiled
         graph."""
         rules = self.rules(dims)
-        tag = (tuple(int(n) for n in dims), key, repr(rules))
+        held = (getattr(self, "_dtype", None), str(getattr(self, "_device", None)))
+        tag = (tuple(int(n) for n in dims), key, repr(rules), held)
         if self._last is None or self._last[0] != tag:
             self._last = (tag, make(rules))
         return self._last[1]
 
-    def clocked(self, root: nn.Module, path: str) -> Any:
-        """Register the forward pre-hook that sets the time, on the nearest module above
-        ``path`` whose forward takes a ``timestep`` (its handle, for the caller to keep; None
-        when the rule does not follow the time)."""
+    def clocked(self, root: nn.Module, path: str) -> list[Any]:
+        """Register the hooks that set the time on the nearest module above ``path`` whose
+        forward takes a ``timestep``: before its forward, the time read from it; after (an
+        error included), none. Their handles, for the caller to keep (none when the rule
+        does not follow the time)."""
         if not follows_time(self.scaling):
-            return None
+            return []
         noise = None if self.trained is None else self.trained.noise_timestep
         parts = path.split(".") if path else []
         for n in range(len(parts) - 1, -1, -1):
@@ -195,8 +214,11 @@ class Scaled:
                 "the rule its 'time'"
             )
         self.clock = Clock(noise, type(owner).__name__)
-        hook = partial(_read, self.clock, position)
-        return owner.register_forward_pre_hook(hook, with_kwargs=True)
+        start = partial(_read, self.clock, position)
+        return [
+            owner.register_forward_pre_hook(start, with_kwargs=True),
+            owner.register_forward_hook(partial(_stop, self.clock), always_call=True),
+        ]
 
     def scaling_words(self) -> str:
         """Words for the rule (the report, ``extra_repr``): ``", scaling=..."`` and where its

@@ -79,6 +79,14 @@ class HunyuanGridRope(VideoRope):
         )
         self.patch_size, self.wide = tuple(patch), wide
 
+    def trial(self, grid: tuple[int, ...]) -> None:
+        if self.wide:
+            raise PosencError(
+                "MotifVideoRotaryPosEmbed: posenc has no record of Motif-Video's training (its "
+                "size, its timesteps) nor a reference of a rule in its float64 arithmetic"
+            )
+        super().trial(grid)
+
     def grid(self, hidden_states: Tensor) -> tuple[int, ...]:  # type: ignore[override]
         """The patched grid of the latents (the last two or three axes)."""
         k = len(self.patch_size)

@@ -18,14 +18,18 @@ import torch
 from torch import Tensor
 
 from posenc import evaluate
+from posenc.api.options import GridOptions, checked
 from posenc.api.rope_grid import block_axes_of, grid_axes_rule, per_axis, rope_grid
 from posenc.errors import PosencError, check_int
 from posenc.evaluate.positions import grid_shape
 from posenc.spec.ladders import SPACINGS
 from posenc.spec.presets import get_rotary_preset
-from posenc.spec.rotary import rotary
+from posenc.spec.rotary import rotary, with_axes_scaling
 from posenc.torch._base import _Tracked
 from posenc.torch._kept import KeptRows
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 
 class AxialRotaryEmbedding(_Tracked):
@@ -38,13 +42,6 @@ class AxialRotaryEmbedding(_Tracked):
         preset: an image or video family (``wan``, ``hunyuan-video``, ``cogvideox``,
             ``hunyuan-dit``, ``flux``, …), as in :func:`posenc.rope_grid`; keywords given
             beside it replace the preset's.
-        base: as in :func:`posenc.rope_grid`.
-        layout: as in :func:`posenc.rope_grid`.
-        blocks: with ``layout="block-halves"``, how many blocks hold halves, as in
-            :func:`posenc.rope_grid` (default the preset's, or 1).
-        axes_dim: as in :func:`posenc.rope_grid`.
-        axes_scale: as in :func:`posenc.rope_grid`.
-        axes_base: as in :func:`posenc.rope_grid`.
         block_axes: as in :func:`posenc.rope_grid`.
         start: each grid axis's first position, as in :func:`posenc.rope_grid`.
         step: each grid axis's step, as in :func:`posenc.rope_grid`.
@@ -52,6 +49,12 @@ class AxialRotaryEmbedding(_Tracked):
             call). A preset whose positions follow the grid's size (DINOv3's centred
             coordinates) keeps no rows: each call computes its table.
         device: where the tables are kept (follows ``.to()``).
+        **options: the table's keywords, as :func:`posenc.rope_grid` takes them
+            (:class:`posenc.GridOptions`: ``base``, ``layout``, ``blocks``, ``axes_dim``,
+            ``axes_scale``, ``axes_base``, ``scaling``). A rule is kept with the rows, so it
+            says all it needs (``{"rope_type": "riflex", "k": 4, "length": 66}``, a
+            ``"time"`` for DyPE): the module does not size it to each grid or read a
+            diffusion time (``posenc.torch.patch(model, scaling=...)`` does both).
 
     Examples:
         >>> rope = posenc.torch.AxialRotaryEmbedding(128, preset="wan")
@@ -66,29 +69,18 @@ class AxialRotaryEmbedding(_Tracked):
         dim: int,
         *,
         preset: str | None = None,
-        base: float | None = None,
-        layout: str | None = None,
-        blocks: int | None = None,
-        axes_dim: tuple[int, ...] | None = None,
-        axes_scale: tuple[float, ...] | None = None,
-        axes_base: tuple[float, ...] | None = None,
         block_axes: tuple[int, ...] | None = None,
         start: float | Sequence[float] | None = None,
         step: float | Sequence[float] | None = None,
         cached_length: int = 1024,
         device: Any = None,
+        **options: Unpack[GridOptions],
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
-        r = rotary(
-            dim,
-            preset=preset,
-            base=base,
-            layout=layout,
-            axes_dim=axes_dim,
-            axes_scale=axes_scale,
-            axes_base=axes_base,
-            blocks=blocks,
-        )
+        given = checked("AxialRotaryEmbedding", options, GridOptions)
+        scaling = given.pop("scaling", None)
+        each = scaling if isinstance(scaling, list | tuple) else None  # one rule per axis
+        r = rotary(dim, preset=preset, scaling=None if each is not None else scaling, **given)
         if SPACINGS[r.spacing].shared or r.interleave_axes:
             raise PosencError(
                 "`AxialRotaryEmbedding` keeps rows per block of channels; this family's axes "
@@ -101,8 +93,10 @@ class AxialRotaryEmbedding(_Tracked):
                 "axial preset (wan, hunyuan-video, cogvideox, hunyuan-dit, flux, pixtral, …)"
             )
         k = len(r.axes_dim)
-        self.rotary, self.preset, self.dim = r, preset, r.dim
         self.block_axes = tuple(block_axes_of(block_axes, preset, k))
+        if each is not None:  # one rule per grid axis, to the block that encodes it
+            r = with_axes_scaling(r, each, [self.block_axes.index(g) for g in range(k)])
+        self.rotary, self.preset, self.dim, self.scaling = r, preset, r.dim, scaling
         recipe = get_rotary_preset(preset).positions if preset is not None else None
         self._recipe = recipe if start is None or step is None else None
         self._given = (start, step)  # what the recipe leaves alone
@@ -110,12 +104,21 @@ class AxialRotaryEmbedding(_Tracked):
         self.step = per_axis("step", step, k, 1.0)
         self.cached_length = check_int("cached_length", cached_length, maximum=1 << 24)
         scales = r.axes_scale or (1.0,) * k
-        bases = r.bases
+        bases, widths = r.bases, r.axes_dim
+        assert widths is not None  # checked above: one block per grid axis
+        rules = r.axes_scaling or (None,) * k
         self._plans = [  # each block alone: one column per frequency, [cos | sin]
             dataclasses.replace(
-                r, dim=d, axes_dim=(d,), axes_scale=(s,), axes_base=(b,), layout="compact", blocks=1
+                r,
+                dim=d,
+                axes_dim=(d,),
+                axes_scale=(s,),
+                axes_base=(b,),
+                layout="compact",
+                blocks=1,
+                axes_scaling=None if rule is None else (rule,),
             ).plan(None, f"AxialRotaryEmbedding({r.dim}, axes_dim={r.axes_dim})")
-            for d, s, b in zip(r.axes_dim, scales, bases, strict=True)
+            for d, s, b, rule in zip(widths, scales, bases, rules, strict=True)
         ]
         self._kept = [KeptRows(self.cached_length, self._block_rows(a)) for a in range(k)]
         self._moved()
@@ -162,6 +165,7 @@ class AxialRotaryEmbedding(_Tracked):
                 axes_dim=r.axes_dim,
                 axes_scale=r.axes_scale,
                 axes_base=r.bases,
+                scaling=self.scaling,
                 block_axes=self.block_axes,
                 start=start,
                 step=step,

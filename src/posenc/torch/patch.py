@@ -166,16 +166,20 @@ def patch(
             (``(frames, rows, columns)``; FLUX's ids ``(t, row, col)``) with None for an axis
             left as it is: ``({"rope_type": "riflex"}, None, None)``, ``(None, {"rope_type":
             "dype"}, {"rope_type": "dype"})``. Each call makes the tables of its grid under
-            the rule, what it lacks taken from that grid and the family's trained size
-            (RIFLEx's length and pair; DyPE's and vision YaRN's trained extent and scale). A
-            rule that follows the diffusion time (``"dype"``, ``"lumina-time"``) reads it from
-            the ``timestep`` the model's forward receives (over its value at pure noise: 1000
-            for Wan, HunyuanVideo; 1 for FLUX and Qwen-Image, whose pipelines pass it over
-            1000), so a patched ``pipe.transformer`` follows every step. With
+            the rule; a rule of one axis takes what it lacks from that grid and the family's
+            trained size (RIFLEx's length and pair; DyPE's and vision YaRN's trained extent
+            and scale), one rule for the whole table is used as given. A rule that follows
+            the diffusion time (``"dype"``, ``"dype-comfyui"``, ``"lumina-time"``) reads it
+            from the ``timestep`` the model's forward receives (over its value at pure noise:
+            1000 for Wan, HunyuanVideo; 1 for FLUX and Qwen-Image, whose pipelines pass it
+            over 1000; zeros, clean condition tokens, aside), so a patched
+            ``pipe.transformer`` follows every step. The tables are made between compiled
+            graphs (a ``torch.compile`` graph break, not a recompile per step). With
             ``compat="original"``, the rule as its reference code applies it where one does
-            (RIFLEx on Wan and HunyuanVideo, Cosmos' ``rope_scale``); otherwise refused. A
-            rule no rotary module of the model takes is an error, raised before anything
-            changes. Patching again with another rule (or none) switches to it.
+            (RIFLEx on Wan and HunyuanVideo, Cosmos' ``rope_scale``, DyPE and vision YaRN on
+            FLUX as the official DyPE code); otherwise refused. A rule no rotary module of
+            the model takes is an error, raised before anything changes. Patching again with
+            another rule (or none) switches to it.
         dry_run: change nothing; the report says what would be replaced.
 
     Returns:
@@ -211,11 +215,11 @@ def patch(
         if is_posenc(module):
             done.append(path)
             record = placed(module)
-            if record is not None and (
-                record.mode != mode or getattr(module, "scaling", scaling) != scaling
-            ):
+            same = record is not None and record.mode == mode
+            rule = isinstance(module, Scaled) and module.scaling != scaling
+            if record is not None and (not same or rule):
                 found_at.append((path, module, None))
-            kept = kept or (isinstance(module, Scaled) and module.scaling == scaling)
+            kept = kept or (same and isinstance(module, Scaled) and module.scaling == scaling)
             continue
         found = _recognise(path, module, model)
         if found is None:
@@ -225,8 +229,8 @@ def patch(
             if not path:
                 found = Found(found.original, note="the model itself: patch a module holding it")
         found_at.append((path, module, found))
-    if scaling is not None and not kept:
-        _check_scaling(model, found_at, compat, scaling)
+    if scaling is not None:
+        _check_scaling(model, found_at, compat, scaling, kept)
     for path, module, found in found_at:
         if found is None:
             report.append(_switch(model, path, module, compat, scaling, dry_run))
@@ -240,10 +244,12 @@ def _check_scaling(
     found_at: list[tuple[str, nn.Module, Found | None]],
     compat: str | None,
     scaling: Any,
+    taken: bool,
 ) -> None:
     """Refuse ``scaling`` before anything changes: where a rotary module that takes a rule
-    cannot apply it (naming the module), or where no module of the model takes one."""
-    taken = False
+    cannot apply it (naming the module), or where no module of the model takes one (``taken``:
+    a stand-in in place applies it already)."""
+    unserved: list[str] = []
     for path, module, found in found_at:
         if found is None:  # a stand-in placed before: its original is asked again
             record = placed(module)
@@ -256,16 +262,20 @@ def _check_scaling(
         if found is None or found.build is None:
             continue
         new = found.build(compat)
+        if isinstance(new, str) and isinstance(found.build(None), Scaled):
+            unserved.append(f"{path} ({found.original}) in compat={compat!r}: {new}")
         if not isinstance(new, Scaled):
             continue
         try:
             new.scale(scaling)
-            handle = new.clocked(root, path)
+            handles = new.clocked(root, path)
         except PosencError as err:
             raise PosencError(f"`scaling` on {path} ({found.original}): {err}") from None
-        if handle is not None:
+        for handle in handles:
             handle.remove()
         taken = True
+    if not taken and unserved:
+        raise PosencError(f"`scaling`: no rotary module takes it here: {'; '.join(unserved)}")
     if not taken:
         fed = [
             f"{name}'s tables are made by its pipeline and passed to its forward: pass "
@@ -384,6 +394,7 @@ def _switch(
     row = _apply(root, owner_path, owner, found, compat, scaling, dry)
     if dry:
         put(root, owner, record.attribute, new, mode=record.mode, description=record.description)
+        _clock(root, path, new)  # its hooks, which taking it back removed
     if not row.replaced:
         back = "would be" if dry else "is"
         return replace(row, note=f"{row.note}; the original {back} back (was {record.mode})")
@@ -434,9 +445,14 @@ def _apply(
     row = Replacement(where, found.original, description, mode, diff, note)
     if not dry:
         put(root, module, found.attribute, new, mode=mode, description=description)
-        handle = new.clocked(root, where) if isinstance(new, Scaled) else None
-        if handle is not None:
-            record = placed(new)
-            assert record is not None
-            record.handles.append(handle)
+        _clock(root, where, new)
     return row
+
+
+def _clock(root: nn.Module, where: str, new: nn.Module) -> None:
+    """A stand-in whose rule follows the diffusion time: its hooks on the model, kept with
+    the stand-in's record (removed when it is taken back)."""
+    if isinstance(new, Scaled):
+        record = placed(new)
+        assert record is not None
+        record.handles.extend(new.clocked(root, where))

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from posenc import evaluate
+from posenc.api.options import RotaryOptions, checked
 from posenc.errors import PosencError, check_bool, check_int
 from posenc.evaluate.libs import as_positions, tracing
 from posenc.evaluate.libs.torch_rotation import rotate
@@ -33,6 +34,9 @@ from posenc.torch._base import _traceable, _Tracked
 from posenc.torch._hf_rotary import HFRotaryEmbedding
 from posenc.torch._kept import KeptRows
 from posenc.torch._positions import _spread, offset_positions, packed_positions
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 WINDOW = 256
 """Rows kept past the cached ones, for decoding: a call whose positions span less than half
@@ -49,14 +53,6 @@ class RotaryEmbedding(_Tracked):
         dim: the rotary width (even; at most the head dimension).
         preset: a model family's keywords (``posenc.presets("rotary")``); keywords given
             beside it replace the preset's.
-        base: as in :func:`posenc.rope`.
-        scaling: as in :func:`posenc.rope`.
-        sections: as in :func:`posenc.rope`.
-        interleave_sections: as in :func:`posenc.rope`.
-        axes_dim: as in :func:`posenc.rope`.
-        layout: how channels pair: ``"halves"`` (``i`` with ``i + dim/2``: HF ``rotate_half``,
-            GPT-NeoX; ``"compact"`` is the same pairing) or ``"interleaved"`` (``2i`` with
-            ``2i + 1``: Meta, GPT-J, Cohere, FLUX).
         seq_len: the sequence length the ``dynamic`` and ``longrope`` rules read. Default:
             the largest position + 1 of each call (transformers' rule), which eager calls
             read from the positions; traced ``longrope`` computes both tables and chooses on
@@ -66,6 +62,12 @@ class RotaryEmbedding(_Tracked):
         cached_length: positions whose tables are kept (1-D positions; eager and
             ``torch.compile`` calls read them).
         device: where the kept tables live (they follow ``.to()``).
+        **options: the table's keywords, as :func:`posenc.rope` takes them
+            (:class:`posenc.RotaryOptions`: ``base``, ``scaling``, ``sections``,
+            ``interleave_sections``, ``axes_dim``, ``axes_scale``, ``axes_base``); ``layout``
+            is how channels pair: ``"halves"`` (``i`` with ``i + dim/2``: HF ``rotate_half``,
+            GPT-NeoX; ``"compact"`` is the same pairing) or ``"interleaved"`` (``2i`` with
+            ``2i + 1``: Meta, GPT-J, Cohere, FLUX).
 
     Shapes:
         - q, k: ``[b, h, s, d]`` (or ``[b, s, h, d]``); with ``cu_seqlens``, ``[t, h, d]``.
@@ -88,28 +90,20 @@ class RotaryEmbedding(_Tracked):
         dim: int,
         *,
         preset: str | None = None,
-        base: float | None = None,
-        scaling: dict[str, Any] | None = None,
-        layout: str | None = None,
-        sections: tuple[int, ...] | None = None,
-        interleave_sections: bool | None = None,
-        axes_dim: tuple[int, ...] | None = None,
         seq_len: int | None = None,
         heads_first: bool = True,
         cached_length: int = 4096,
         device: Any = None,
+        **options: Unpack[RotaryOptions],
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
-        r = rotary(
-            dim,
-            preset=preset,
-            base=base,
-            scaling=scaling,
-            layout=layout,
-            sections=sections,
-            interleave_sections=interleave_sections,
-            axes_dim=axes_dim,
-        )
+        r = rotary(dim, preset=preset, **checked("RotaryEmbedding", options, RotaryOptions))
+        if r.layout == "block-halves":
+            raise PosencError(
+                "`layout` of RotaryEmbedding pairs channels as 'halves', 'compact' or "
+                "'interleaved'; 'block-halves' (halves inside blocks: Allegro, LTX-2) is a "
+                "table's layout: use posenc.rope(..., layout='block-halves')"
+            )
         if not SPACINGS[r.spacing].takes_rules:
             raise PosencError(
                 f"`RotaryEmbedding` rotates by sequence or axial positions; spacing "

@@ -135,8 +135,9 @@ class Trained:
         noise_timestep: the ``timestep`` its diffusers transformer's forward receives at pure
             noise (the diffusion time 1, from which a rule that follows the time reads it in
             a patched model): 1000 where the pipeline passes the scheduler's timesteps (Wan,
-            HunyuanVideo, CogVideoX), 1 where it passes them over 1000 (FLUX, Qwen-Image) or
-            ``sigma / (sigma + 1)`` (Cosmos 2); None where posenc has not read it.
+            HunyuanVideo, CogVideoX), 1 where it passes them over 1000 (FLUX, Qwen-Image);
+            None where its pipelines disagree (Cosmos 1's EDM ``log sigma / 4``, Cosmos 2's
+            ``sigma / (sigma + 1)``) or posenc has not read them.
     """
 
     preset: RotaryPreset

@@ -1,24 +1,36 @@
-"""``posenc.rope_grid`` / ``posenc.rope`` with the ``gemma4-vision`` preset (Gemma 4's vision
-encoder), against transformers' ``Gemma4VisionRotaryEmbedding`` and timm's
-``Gemma4RotaryEmbedding2D``: ``compat="transformers"`` and ``compat="timm"`` equal bit for bit at
-the processor's grids (280 and 1120 soft tokens, the longest strip) and odd ones, in every dtype
-the modules cast to; the exact tables within one float32 rounding of a float64 reference
-written here from the formula (padding ids included); the float32-only evaluator within 1e-6;
-the rotation (``"block-halves"``, ``blocks=2``) equal to ``apply_multidimensional_rope``."""
+"""Gemma 4's vision encoder (``preset="gemma4-vision"``): ``compat="transformers"`` and
+``compat="timm"`` against ``Gemma4VisionRotaryEmbedding`` and ``Gemma4RotaryEmbedding2D`` bit
+for bit in every dtype the modules cast to, the exact tables within one float32 rounding of a
+float64 reference (padding ids included), the float32-only evaluator, the rotation equal to
+``apply_multidimensional_rope``; posenc.torch.patch on transformers' vision encoder and timm's
+``gemma4_vit`` (small random-weight models, no download): compat="original" leaves every output
+identical, the exact stand-in holds float64 tables rounded once, bad input is named."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
 
 import posenc
 from posenc.errors import PosencError
+from tests.families.models import assert_rounded_once
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")
 from timm.models import gemma4_vit  # noqa: E402
 from transformers.models.gemma4 import modeling_gemma4  # noqa: E402
+
+from posenc.torch import patch  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_transformers")
+
+
+# ---------------------------------------------------------------------------------------------
+# the tables: posenc.rope_grid and posenc.rope against the originals
+
 
 GRIDS = [(48, 51), (96, 105), (3, 3360), (5, 7), (1, 1)]
 """(rows, columns): 272 and 1120 soft tokens (3 x 3 pooling), the longest strip the processor
@@ -168,3 +180,136 @@ def test_compat_refuses_what_the_modules_cannot_compute(kw, named):
 def test_width_must_split_into_two_blocks_of_halves():
     with pytest.raises(PosencError, match=r"`dim`.*70|70.*multiple of 4"):
         posenc.rope_grid((2, 2), 70, preset="gemma4-vision")
+
+
+# ---------------------------------------------------------------------------------------------
+# posenc.torch.patch on the models and their rotary modules
+
+
+def padded_xy_ids(h, w, padding=0):
+    """``[h * w + padding, 2]`` (x, y) ids, row-major, then ``(-1, -1)`` padding rows."""
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    ids = torch.stack([cols.flatten(), rows.flatten()], dim=-1)
+    return torch.cat([ids, torch.full((padding, 2), -1)])
+
+
+def vision_reference(ids, dim, base=100.0):
+    """float64 ``(cos, sin)``: per axis block (x, then y) ``p * base ** (-2j / (dim / 2))``,
+    twice (halves inside the block)."""
+    ids = ids.double().numpy()
+    omega = base ** (-2.0 * np.arange(dim // 4) / (dim // 2))
+    parts = [ids[..., a : a + 1] * omega for a in (0, 0, 1, 1)]
+    angles = np.concatenate(parts, axis=-1)
+    return np.cos(angles), np.sin(angles)
+
+
+def _hf_vision():
+    torch.manual_seed(0)
+    config = transformers.Gemma4VisionConfig(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=32, position_embedding_size=128, patch_size=4)  # fmt: skip
+    return transformers.Gemma4VisionModel(config).eval()
+
+
+def _hf_inputs(grids=((6, 9), (3, 12)), dtype=torch.float32):
+    """A batch of images of ``grids`` patches, padded to the largest (as the processor does)."""
+    n = max(h * w for h, w in grids)
+    ids = torch.stack([padded_xy_ids(h, w, n - h * w) for h, w in grids])
+    torch.manual_seed(1)
+    return torch.rand(len(grids), n, 3 * 16).to(dtype), ids
+
+
+def _hf_out(model, inputs):
+    with torch.no_grad():
+        return model(*inputs).last_hidden_state
+
+
+def _timm_vision():
+    torch.manual_seed(0)
+    return timm.create_model("gemma4_vit_167m", pretrained=False, depth=1, embed_dim=64,
+                             num_heads=2, head_dim=32, intermediate_size=96,
+                             num_classes=5).eval()  # fmt: skip
+
+
+def _timm_inputs(size=(96, 144), dtype=torch.float32):
+    torch.manual_seed(1)
+    return (torch.rand(1, 3, *size).to(dtype),)
+
+
+def _timm_out(model, inputs):
+    with torch.no_grad():
+        return model.forward_features(*inputs)
+
+
+VISION = {
+    "transformers": (_hf_vision, _hf_inputs, _hf_out, "encoder.rotary_emb",
+                     "Gemma4VisionRotaryEmbedding", [((3, 6), (3, 3)), ((9, 3), (3, 15))]),
+    "timm": (_timm_vision, _timm_inputs, _timm_out, "encoder.rotary_emb",
+             "Gemma4RotaryEmbedding2D", [(48, 240), (144, 48)]),
+}  # fmt: skip
+"""name: (model, inputs, output, rotary path, its class, other input sizes)."""
+
+
+@pytest.mark.parametrize("name", sorted(VISION))
+def test_vision_compat_is_identical_and_exact_is_close(name):
+    build, inputs_of, out, path, original, others = VISION[name]
+    model, inputs = build(), inputs_of()
+    before = out(model, inputs)
+    compat = copy.deepcopy(model)
+    rows = {r.path: r for r in patch(compat, compat="original").replaced}
+    assert (rows[path].original, rows[path].mode) == (original, "compat")
+    assert "gemma4-vision" in rows[path].replacement
+    assert 1e-7 < rows[path].max_diff < 1e-5  # the original's float32 drift over 96 x 105
+    assert torch.equal(out(compat, inputs), before)
+    for other in others:
+        assert torch.equal(out(compat, inputs_of(other)), out(model, inputs_of(other)))
+    bf16, compat16 = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(compat)
+    compat16.to(torch.bfloat16)
+    half = inputs_of(dtype=torch.bfloat16)
+    assert torch.equal(out(compat16, half), out(bf16, half))
+
+    exact = copy.deepcopy(model)
+    assert {r.path: r.mode for r in patch(exact).replaced}[path] == "exact"
+    got = out(exact, inputs)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, before, rtol=0, atol=1e-4)
+    exact.load_state_dict(model.state_dict(), strict=True)
+    assert not exact.state_dict().keys() - model.state_dict().keys()
+    assert len(patch(exact)) == 0
+    assert len(patch(compat, compat="original")) == 0
+
+
+@pytest.mark.parametrize("name", sorted(VISION))
+def test_vision_tables_exact_and_replayed(name):
+    """The stand-in at the model's ``[B, N, 2]`` ids with padding: exact = float64 rounded
+    once (in float32 and bf16); compat = the original module's output, bit for bit."""
+    model = VISION[name][0]()
+    original = copy.deepcopy(model.get_submodule(VISION[name][3]))
+    exact, compat = copy.deepcopy(model), copy.deepcopy(model)
+    patch(exact)
+    patch(compat, compat="original")
+    ids = torch.stack([padded_xy_ids(7, 5, 3), padded_xy_ids(2, 19)])
+    want = vision_reference(ids, 32)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.zeros(1, dtype=dtype)
+        got = exact.get_submodule(VISION[name][3])(x, ids)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == dtype
+            assert g.shape == (2, 38, 32)
+            if dtype == torch.float32:
+                assert_rounded_once(g, w)
+            else:
+                assert torch.equal(g, torch.from_numpy(w).to(dtype))
+        replayed = compat.get_submodule(VISION[name][3])(x, ids)
+        assert all(torch.equal(a, b) for a, b in zip(replayed, original(x, ids), strict=True))
+
+
+def test_stand_in_names_bad_input():
+    from posenc.errors import PosencError
+    from posenc.torch._gemma4_rope import Gemma4VisionRope
+
+    rope = Gemma4VisionRope(32, 100.0, compat=False, dtype=torch.float32, device="cpu")
+    with pytest.raises(PosencError, match=r"`position_ids`.*\[\.\.\., 2\].*\(4, 3\)"):
+        rope(torch.zeros(1), torch.zeros(4, 3, dtype=torch.long))
+    with pytest.raises(PosencError, match="70"):
+        Gemma4VisionRope(70, 100.0, compat=True, dtype=torch.float32, device="cpu")
