@@ -15,6 +15,7 @@ from tests import reference
 from tests.helpers import onnx_session
 
 torch = pytest.importorskip("torch")
+import posenc.torch  # noqa: E402
 from posenc.torch import AxialRotaryEmbedding  # noqa: E402
 
 
@@ -328,3 +329,61 @@ def test_stand_ins_check_their_grids_as_rope_grid(stand_in):
         got, full = call(empty), call(good)
         assert got.numel() == 0
         assert got.shape[-1] == full.shape[-1]
+
+
+def _linear(factor):
+    return {"rope_type": "linear", "factor": factor}
+
+
+def _comfyui(factor):
+    return {"rope_type": "dype-comfyui", "factor": factor, "time": 0.5,
+            "original_max_position_embeddings": 4}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("preset", "shape", "scaling"),
+    [
+        ("hunyuan-dit", (6, 5), (_linear(2.0), None)),  # its column block first: block_axes
+        ("hunyuan-dit", (6, 5), _linear(2.0)),  # one rule for the whole table
+        ("flux", (1, 8, 12), (None, _comfyui(2.0), _comfyui(3.0))),  # global_factor: 3
+        ("qwen-image", (1, 8, 12), (None, _comfyui(2.0), _comfyui(3.0))),  # centred positions
+    ],
+)
+def test_a_rule_is_the_one_rope_grid_applies(preset, shape, scaling):
+    """``AxialRotaryEmbedding(..., scaling=...)`` gives ``posenc.rope_grid``'s tables under the
+    same keywords: one rule per grid axis, to the block that encodes it (HunyuanDiT's column
+    block comes first), ComfyUI-DyPE's global factor from the other axes, the presets whose
+    positions follow the grid; and the rule did act."""
+    dim = 88 if preset == "hunyuan-dit" else 128
+    module = AxialRotaryEmbedding(dim, preset=preset, scaling=scaling)
+    got = module(shape)
+    want = posenc.rope_grid(shape, dim, preset=preset, scaling=scaling, dtype=torch.float32)
+    plain = posenc.rope_grid(shape, dim, preset=preset, dtype=torch.float32)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert not torch.equal(got[0], plain[0])
+    assert "scaling=" in repr(module)
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda: posenc.rope(np.arange(4), 64, bse=1e4), r"rope\(\) got an unexpected keyword "
+         r"argument 'bse' \(did you mean 'base'\?\)"),
+        (lambda: posenc.rope(np.arange(4), 64, prest="llama"), r"'prest' \(did you mean 'preset'"),
+        (lambda: posenc.rope_grid((2, 2), 64, sections=(16, 16)),
+         r"rope_grid\(\) got an unexpected keyword argument 'sections'"),
+        (lambda: AxialRotaryEmbedding(64, axes_dim=(32, 32), cached_lenght=8),
+         r"'cached_lenght' \(did you mean 'cached_length'"),
+        (lambda: posenc.torch.RotaryEmbedding(64, bse=1e4), r"'bse' \(did you mean 'base'"),
+    ],
+)  # fmt: skip
+def test_an_unknown_keyword_is_python_s_type_error(call, words):
+    with pytest.raises(TypeError, match=words):
+        call()
+
+
+def test_rotary_embedding_refuses_a_table_layout():
+    """``block-halves`` is a table's layout (Allegro, LTX-2): RotaryEmbedding pairs channels
+    and would rotate them as plain halves, so it refuses it, saying where it is given."""
+    with pytest.raises(PosencError, match=r"'block-halves'.*posenc\.rope"):
+        posenc.torch.RotaryEmbedding(64, layout="block-halves", blocks=2)

@@ -21,11 +21,12 @@ class GridOptions(TypedDict, total=False):
         base: ``theta`` (10000).
         scaling: a rule: a transformers rope-parameters dict (``rope_type`` ``"linear"``,
             ``"yarn"``, ``"llama3"``, … with that type's keys; its attention factor
-            multiplies cos and sin before the one rounding), or one rule per block of
-            ``axes_dim`` (``posenc.rope_grid``: per grid axis), a tuple with None for one
-            left as it is, including the rules of image and video models past their trained
-            size (``"riflex"``, ``"ntk-aware"``, ``"dype"``, …: docs, *Beyond the trained
-            size*).
+            multiplies cos and sin before the one rounding), or one rule per position axis, a
+            tuple with None for one left as it is (``posenc.rope``: per block of ``axes_dim``;
+            ``posenc.rope_grid`` and ``AxialRotaryEmbedding``: per grid axis, to the block
+            that encodes it), including the rules of image and video models past their
+            trained size (``"riflex"``, ``"ntk-aware"``, ``"dype"``, …: docs, *Beyond the
+            trained size*).
         layout: ``"halves"`` (``cos[..., i] == cos[..., i + d/2]``: GPT-NeoX, HF
             ``rotate_half``; the default), ``"interleaved"`` (``cos[..., 2i] ==
             cos[..., 2i+1]``: GPT-J, Meta Llama, FLUX, Wan), ``"compact"`` (``d / 2``
@@ -77,15 +78,18 @@ class RotaryOptions(GridOptions, total=False):
     interleave_sections: bool | None
 
 
-def checked(function: str, options: Mapping[str, Any], of: type) -> dict[str, Any]:
+def checked(
+    function: str, options: Mapping[str, Any], of: type, own: Sequence[str] = ()
+) -> dict[str, Any]:
     """``options`` as a dict, each key one of ``of``'s (a :class:`GridOptions` or
     :class:`RotaryOptions`); another is the ``TypeError`` Python raises for a keyword a
-    function does not take, naming ``function`` and the nearest keyword."""
+    function does not take, naming ``function`` and the nearest of its keywords (``own``:
+    those it declares itself)."""
     keys = set(getattr(of, "__required_keys__", ())) | set(getattr(of, "__optional_keys__", ()))
     for key in options:
         if key not in keys:
             raise TypeError(
                 f"{function}() got an unexpected keyword argument {key!r}"
-                f"{suggest(key, sorted(keys))}"
+                f"{suggest(key, sorted(keys | set(own)))}"
             )
     return dict(options)

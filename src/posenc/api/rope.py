@@ -19,7 +19,7 @@ from posenc.spec.presets import ROTARY_PRESETS
 from posenc.spec.rotary import Rotary, rotary
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
     from posenc._types import Tensor, TorchDType
 
@@ -128,7 +128,8 @@ def rope(
         >>> cos.shape, cos.dtype
         ((4096, 128), dtype('float32'))
     """
-    r = rotary(dim, preset=preset, **checked("rope", options, RotaryOptions))
+    given = checked("rope", options, RotaryOptions, ("preset", "dtype", "seq_len", "compat"))
+    r = rotary(dim, preset=preset, **given)
     compat = None if compat is None else _check_compat(compat, preset)
     if compat is not None and any(rule.float32 is None for rule in r.rules):
         kinds = ", ".join(repr(s.rope_type) for s in r.scalings if s.rule.float32 is None)

@@ -31,7 +31,7 @@ from posenc.spec.rotary import Rotary, rotary, with_axes_scaling
 from posenc.spec.scaling import across, sized, timed
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
     from posenc._types import Tensor, TorchDType
 
@@ -212,7 +212,8 @@ def rope_grid(
         >>> cos, sin = posenc.rope_grid((32, 24), 88, preset="hunyuan-dit",
         ...                             crop=((0, 4), (32, 28)))   # 512 x 384 on a 32 x 32 base
     """
-    given = checked("rope_grid", options, GridOptions)
+    own = ("preset", "time", "block_axes", "start", "step", "crop", "dtype", "device", "like")
+    given = checked("rope_grid", options, GridOptions, (*own, "compat"))
     scaling = timed(given.pop("scaling", None), time)
     per_axis = scaling if isinstance(scaling, list | tuple) else None
     r = rotary(dim, preset=preset, scaling=None if per_axis is not None else scaling, **given)

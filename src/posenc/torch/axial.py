@@ -25,11 +25,12 @@ from posenc.evaluate.positions import grid_shape
 from posenc.spec.ladders import SPACINGS
 from posenc.spec.presets import get_rotary_preset
 from posenc.spec.rotary import rotary, with_axes_scaling
+from posenc.spec.scaling import across
 from posenc.torch._base import _Tracked
 from posenc.torch._kept import KeptRows
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 
 class AxialRotaryEmbedding(_Tracked):
@@ -77,9 +78,12 @@ class AxialRotaryEmbedding(_Tracked):
         **options: Unpack[GridOptions],
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
-        given = checked("AxialRotaryEmbedding", options, GridOptions)
+        own = ("preset", "block_axes", "start", "step", "cached_length", "device")
+        given = checked("AxialRotaryEmbedding", options, GridOptions, own)
         scaling = given.pop("scaling", None)
-        each = scaling if isinstance(scaling, list | tuple) else None  # one rule per axis
+        if isinstance(scaling, list | tuple):  # one rule per axis: what it takes from the others
+            scaling = type(scaling)(across(list(scaling)))
+        each = scaling if isinstance(scaling, list | tuple) else None
         r = rotary(dim, preset=preset, scaling=None if each is not None else scaling, **given)
         if SPACINGS[r.spacing].shared or r.interleave_axes:
             raise PosencError(
@@ -96,7 +100,7 @@ class AxialRotaryEmbedding(_Tracked):
         self.block_axes = tuple(block_axes_of(block_axes, preset, k))
         if each is not None:  # one rule per grid axis, to the block that encodes it
             r = with_axes_scaling(r, each, [self.block_axes.index(g) for g in range(k)])
-        self.rotary, self.preset, self.dim, self.scaling = r, preset, r.dim, scaling
+        self.rotary, self.preset, self.dim, self._scaling = r, preset, r.dim, scaling
         recipe = get_rotary_preset(preset).positions if preset is not None else None
         self._recipe = recipe if start is None or step is None else None
         self._given = (start, step)  # what the recipe leaves alone
@@ -165,7 +169,7 @@ class AxialRotaryEmbedding(_Tracked):
                 axes_dim=r.axes_dim,
                 axes_scale=r.axes_scale,
                 axes_base=r.bases,
-                scaling=self.scaling,
+                scaling=self._scaling,
                 block_axes=self.block_axes,
                 start=start,
                 step=step,
@@ -192,9 +196,10 @@ class AxialRotaryEmbedding(_Tracked):
     def extra_repr(self) -> str:
         r = self.rotary
         halves = f", blocks={r.blocks}" if r.layout == "block-halves" else ""
+        rule = "" if self._scaling is None else f", scaling={self._scaling!r}"
         return (
             f"{r.dim}, axes_dim={r.axes_dim}, base={r.base:g}, layout={r.layout!r}"
-            f"{halves}, block_axes={self.block_axes}"
+            f"{halves}, block_axes={self.block_axes}{rule}"
         )
 
 

@@ -36,7 +36,7 @@ from posenc.torch._kept import KeptRows
 from posenc.torch._positions import _spread, offset_positions, packed_positions
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 WINDOW = 256
 """Rows kept past the cached ones, for decoding: a call whose positions span less than half
@@ -67,7 +67,8 @@ class RotaryEmbedding(_Tracked):
             ``interleave_sections``, ``axes_dim``, ``axes_scale``, ``axes_base``); ``layout``
             is how channels pair: ``"halves"`` (``i`` with ``i + dim/2``: HF ``rotate_half``,
             GPT-NeoX; ``"compact"`` is the same pairing) or ``"interleaved"`` (``2i`` with
-            ``2i + 1``: Meta, GPT-J, Cohere, FLUX).
+            ``2i + 1``: Meta, GPT-J, Cohere, FLUX); ``"block-halves"`` and its ``blocks`` are a
+            table's layout, refused here (``posenc.rope`` gives it).
 
     Shapes:
         - q, k: ``[b, h, s, d]`` (or ``[b, s, h, d]``); with ``cu_seqlens``, ``[t, h, d]``.
@@ -97,7 +98,8 @@ class RotaryEmbedding(_Tracked):
         **options: Unpack[RotaryOptions],
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
-        r = rotary(dim, preset=preset, **checked("RotaryEmbedding", options, RotaryOptions))
+        own = ("preset", "seq_len", "heads_first", "cached_length", "device")
+        r = rotary(dim, preset=preset, **checked("RotaryEmbedding", options, RotaryOptions, own))
         if r.layout == "block-halves":
             raise PosencError(
                 "`layout` of RotaryEmbedding pairs channels as 'halves', 'compact' or "
