@@ -27,7 +27,7 @@ import torch
 from posenc.compat.diffusers import rotary_1d, wide_dtype
 from posenc.compat.diffusers_video import grid_tables
 from posenc.compat.grid import GridCall, check_form, compat_grid, references
-from posenc.spec.extrapolation import Reference
+from posenc.spec.extrapolation import Reference, ramp_range
 
 
 def _pair_index(rotations: float, d: int, base: float, length: float) -> float:
@@ -36,15 +36,11 @@ def _pair_index(rotations: float, d: int, base: float, length: float) -> float:
 
 
 def _ramp(fast: float, slow: float, d: int, base: float, length: float) -> torch.Tensor:
-    """``find_correction_range`` and ``linear_ramp_factor``: the float32 ramp over the ``d /
-    2`` pairs."""
-    n = d // 2
-    lo: float = max(math.floor(_pair_index(fast, d, base, length)), 0)
-    hi: float = min(math.ceil(_pair_index(slow, d, base, length)), d - 1)
-    lo, hi = min(max(lo, 0), n), min(max(hi, 0), n)
-    if lo == hi:
-        hi += 0.001
-    ramp = (torch.arange(n, dtype=torch.float32) - lo) / (hi - lo)
+    """``find_correction_range`` (:func:`~posenc.spec.extrapolation.ramp_range` of its own
+    pair indices) and ``linear_ramp_factor``: the float32 ramp over the ``d / 2`` pairs."""
+    at = (_pair_index(fast, d, base, length), _pair_index(slow, d, base, length))
+    lo, hi = ramp_range(*at, d)
+    ramp = (torch.arange(d // 2, dtype=torch.float32) - lo) / (hi - lo)
     return torch.clamp(ramp, 0, 1)
 
 

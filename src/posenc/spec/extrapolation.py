@@ -202,18 +202,23 @@ def _pair_index(d: int, base: float, length: float, rotations: float) -> float:
     return d * math.log(length / (2 * math.pi * rotations)) / (2 * math.log(base))
 
 
-def _ramp(d: int, base: float, length: float, fast: float, slow: float) -> np.ndarray:
-    """YaRN's ramp over the ``d / 2`` pairs, from 0 below the pair of ``fast`` rotations to 1
-    past the pair of ``slow`` ones: the range ``(max(floor(c(fast)), 0), min(ceil(c(slow)), d
-    - 1))`` clamped to ``[0, d / 2]`` (0.001 wider when empty)."""
+def ramp_range(at_fast: float, at_slow: float, d: int) -> tuple[float, float]:
+    """YaRN's ramp range from the (real) pair indices of its two thresholds: ``(max(floor(
+    at_fast), 0), min(ceil(at_slow), d - 1))`` clamped to ``[0, d / 2]`` (an infinite index:
+    ``d / 2``), 0.001 wider when empty (YaRN's ``find_correction_range`` and
+    ``linear_ramp_factor``; the references' replays take it too)."""
     n = d // 2
-    at_fast, at_slow = _pair_index(d, base, length, fast), _pair_index(d, base, length, slow)
     lo = float(max(math.floor(at_fast), 0)) if math.isfinite(at_fast) else float(n)
     hi = float(min(math.ceil(at_slow), d - 1)) if math.isfinite(at_slow) else float(n)
     lo, hi = min(max(lo, 0.0), n), min(max(hi, 0.0), n)
-    if lo == hi:
-        hi += 0.001
-    return np.clip((np.arange(n, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+    return (lo, hi + 0.001) if lo == hi else (lo, hi)
+
+
+def _ramp(d: int, base: float, length: float, fast: float, slow: float) -> np.ndarray:
+    """YaRN's ramp over the ``d / 2`` pairs, from 0 below the pair of ``fast`` rotations to 1
+    past the pair of ``slow`` ones (:func:`ramp_range`)."""
+    lo, hi = ramp_range(_pair_index(d, base, length, fast), _pair_index(d, base, length, slow), d)
+    return np.clip((np.arange(d // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
 
 
 def _blend(

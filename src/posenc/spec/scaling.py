@@ -370,6 +370,20 @@ def parse_scaling(scaling: Any, name: str = "scaling") -> Scaling:
     return Scaling(kind, tuple(sorted(params.items())), shared)
 
 
+def named(rule: Any) -> tuple[str, Rule] | None:
+    """The rope_type a rule dict names and its registry entry; None for anything else (None,
+    a name the registry lacks: refused where the rule is parsed)."""
+    kind = rule.get("rope_type", rule.get("type")) if isinstance(rule, Mapping) else None
+    return (kind, RULES[kind]) if isinstance(kind, str) and kind in RULES else None
+
+
+def reads_time(rule: Any) -> bool:
+    """A rule dict whose rope_type follows the diffusion time (its ``time`` key, given or
+    not)."""
+    found = named(rule)
+    return found is not None and "time" in found[1].required
+
+
 def timed(scaling: Any, time: Any) -> Any:
     """``scaling`` (a rule, or one per axis) with the diffusion ``time`` (1: pure noise) given
     to each rule that reads it and has none; ``time`` None: ``scaling`` as it is. A time that
@@ -377,18 +391,13 @@ def timed(scaling: Any, time: Any) -> Any:
     if time is None:
         return scaling
     rules = scaling if isinstance(scaling, list | tuple) else (scaling,)
-
-    def reads(rule: Any) -> bool:
-        kind = rule.get("rope_type", rule.get("type")) if isinstance(rule, Mapping) else None
-        return isinstance(kind, str) and kind in RULES and "time" in RULES[kind].required
-
-    if not any(reads(r) for r in rules):
+    if not any(reads_time(r) for r in rules):
         raise PosencError(
             f"`time` is read by the rules that follow the diffusion "
             f"({', '.join(n for n, r in RULES.items() if 'time' in r.required)}); "
             f"`scaling` has none, got time={show(time)}"
         )
-    given = [{"time": time, **r} if reads(r) else r for r in rules]
+    given = [{"time": time, **r} if reads_time(r) else r for r in rules]
     return type(scaling)(given) if isinstance(scaling, list | tuple) else given[0]
 
 
@@ -408,11 +417,12 @@ def sized(
     over the trained extent. A key still missing is an error naming ``where`` (the rule's
     place in the call), the key and ``family`` (the preset, which records no such size).
     Anything but a rule dict is returned as it is."""
-    kind = rule.get("rope_type", rule.get("type")) if isinstance(rule, Mapping) else None
-    if not isinstance(kind, str) or kind not in RULES:
+    found = named(rule)
+    if found is None:
         return rule
+    kind, entry = found
     out = dict(rule)
-    wanted = RULES[kind].from_grid
+    wanted = entry.from_grid
     of = f"preset {family!r}" if family else "a call without a preset"
     extent = max(extent, 1)  # an empty axis: the table is empty, any valid key does
     if "length" in wanted:
@@ -442,18 +452,14 @@ def across(rules: list[Any]) -> list[Any]:
     """One rule per grid axis (each filled in by :func:`sized`), with ``global_factor`` where
     a rule takes it from the grid (``from_grid``) and has none: the largest ``factor`` of the
     axes given the same rope_type (ComfyUI-DyPE's ``s_glob``, the image's larger side)."""
-
-    def kind(rule: Any) -> Any:
-        return rule.get("rope_type", rule.get("type")) if isinstance(rule, Mapping) else None
-
+    kinds = [named(rule) for rule in rules]
     largest: dict[str, float] = {}
-    for rule in rules:
-        k = kind(rule)
-        if k in RULES and "global_factor" in RULES[k].from_grid and "factor" in rule:
-            largest[k] = max(largest.get(k, 0.0), float(rule["factor"]))
+    for rule, found in zip(rules, kinds, strict=True):
+        if found is not None and "global_factor" in found[1].from_grid and "factor" in rule:
+            largest[found[0]] = max(largest.get(found[0], 0.0), float(rule["factor"]))
     return [
-        {**rule, "global_factor": largest[kind(rule)]}
-        if kind(rule) in largest and rule.get("global_factor") is None
+        {**rule, "global_factor": largest[found[0]]}
+        if found is not None and found[0] in largest and rule.get("global_factor") is None
         else rule
-        for rule in rules
+        for rule, found in zip(rules, kinds, strict=True)
     ]

@@ -66,20 +66,9 @@ class VideoRope(Scaled, AxialRotaryEmbedding):
         """``(cos, sin)`` of every token of the latents' patched grid."""
         shape = self.grid(hidden_states)
         if self.scaling is not None:
-            cos, sin = self.tables(shape, None, partial(self.scaled_grid, shape))
-        elif self.compat is not None:
-            cos, sin = rope_grid(
-                shape,
-                self.dim,
-                preset=self.preset,
-                axes_dim=self.rotary.axes_dim,
-                base=self.rotary.base,
-                axes_base=self.rotary.bases,
-                compat=self.compat,
-                dtype=torch.float32,
-                device=self._device,
-            )
-            cos, sin = cos.to(self._dtype), sin.to(self._dtype)  # buffers .to() cast
+            cos, sin = self.tables(shape, None, partial(self.grid_tables, shape))
+        elif self.compat is not None:  # float32, cast as the buffers' .to() casts them
+            cos, sin = self.grid_tables(shape, None)
         else:  # rounded once, to the dtype the module was moved to (Wan's) or float32
             cos, sin = super().forward(shape, dtype=self._dtype)
         return self.shaped(cos, sin, hidden_states)
@@ -88,11 +77,12 @@ class VideoRope(Scaled, AxialRotaryEmbedding):
         """The ``[S, D]`` tables as the original returns them: on the latents' device."""
         return cos.to(hidden_states.device), sin.to(hidden_states.device)
 
-    def scaled_grid(
+    def grid_tables(
         self, shape: Sequence[int], rules: Any, step: Any = None
     ) -> tuple[Tensor, Tensor]:
-        """The tables of the grid ``shape`` under ``rules`` (``posenc.rope_grid``'s
-        ``scaling``), exact or in the ``compat`` arithmetic, in the module's dtype."""
+        """``posenc.rope_grid`` of the grid ``shape`` with the module's blocks and bases, under
+        ``rules`` (its ``scaling``; None: none) and at ``step``, exact or in the ``compat``
+        arithmetic (float32), in the module's dtype."""
         r = self.rotary
         cos, sin = rope_grid(
             tuple(shape),
@@ -112,7 +102,7 @@ class VideoRope(Scaled, AxialRotaryEmbedding):
     def trial(self, grid: tuple[int, ...]) -> None:
         k = self.rotary.ndim
         shape = grid if len(grid) == k else (1,) * k
-        self.tables(shape, None, partial(self.scaled_grid, shape))
+        self.tables(shape, None, partial(self.grid_tables, shape))
 
     if TYPE_CHECKING:  # calls typed as forward's, for type checkers
         __call__ = forward  # type: ignore[assignment]
@@ -192,22 +182,11 @@ class CosmosRope(VideoRope):
         step = 1.0 if fps is None else self.base_fps / fps
         if self.scaling is not None:
             steps = (step, 1.0, 1.0)
-            cos, sin = self.tables(shape, steps, partial(self.scaled_grid, shape, step=steps))
+            cos, sin = self.tables(shape, steps, partial(self.grid_tables, shape, step=steps))
         elif self.compat is None and step == 1.0:
             cos, sin = AxialRotaryEmbedding.forward(self, shape, dtype=torch.float32)
-        else:
-            r = self.rotary
-            cos, sin = rope_grid(
-                shape,
-                self.dim,
-                preset=COSMOS.name,
-                axes_dim=r.axes_dim,
-                axes_base=r.bases,
-                step=(step, 1.0, 1.0),
-                dtype=torch.float32,
-                device=self._device,
-                compat=self.compat,
-            )
+        else:  # its frames at i * base_fps / fps, or diffusers' arithmetic
+            cos, sin = self.grid_tables(shape, None, step=(step, 1.0, 1.0))
         return cos.to(hidden_states.device), sin.to(hidden_states.device)
 
 

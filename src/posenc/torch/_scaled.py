@@ -22,7 +22,7 @@ from posenc.api.rope_grid import with_training
 from posenc.errors import PosencError, show
 from posenc.spec.families import trained_of
 from posenc.spec.families.base import Trained
-from posenc.spec.scaling import RULES, timed
+from posenc.spec.scaling import reads_time, timed
 
 TIMESTEP = "timestep"
 """The argument of a diffusers transformer's forward that carries the diffusion time."""
@@ -57,14 +57,7 @@ def check_scaling(scaling: Any) -> Any:
 def follows_time(scaling: Any) -> bool:
     """A rule of ``scaling`` reads the diffusion time and holds none of its own."""
     rules = scaling if isinstance(scaling, tuple) else (scaling,)
-    for rule in rules:
-        if not isinstance(rule, Mapping):
-            continue
-        kind = rule.get("rope_type", rule.get("type"))
-        reads = isinstance(kind, str) and kind in RULES and "time" in RULES[kind].required
-        if reads and "time" not in rule:
-            return True
-    return False
+    return any(reads_time(rule) and "time" not in rule for rule in rules)
 
 
 class Clock:
@@ -141,31 +134,29 @@ class Scaled:
         stand-in's ``preset`` (its trained size, RIFLEx's pair), and make the tables once at
         that size (at time 1 for a rule that follows the time), so that a rule the stand-in
         cannot apply is refused now."""
-        self.scaling = check_scaling(scaling)
-        self.trained, self.clock, self._last = trained_of(self.preset), None, None
+        self.scaling, self.trained = check_scaling(scaling), trained_of(self.preset)
         grid = self.trained.grid if self.trained is not None else ()
-        clock, self.clock = self.clock, Clock(1.0, type(self).__name__)
+        self.clock = Clock(1.0, type(self).__name__)  # the trial's: time 1
         self.clock.time = 1.0
         try:
             self.trial(tuple(1 if n is None else n for n in grid))
         finally:
-            self.clock, self._last = clock, None
+            self.clock, self._last = None, None  # the model's hooks set the clock
 
     def trial(self, grid: tuple[int, ...]) -> None:
         """Make the tables once, at the family's trained ``grid`` (empty: none recorded)."""
         raise NotImplementedError
 
-    def rules(self, dims: Sequence[int], time: float | None = None) -> Any:
+    def rules(self, dims: Sequence[int]) -> Any:
         """The rule(s) at the grid ``dims``: one per axis filled in from the grid and the
         family's training (:func:`posenc.api.rope_grid.with_training`), with the clock's
-        time (or ``time``) for a rule that follows it."""
+        time for a rule that follows it."""
         scaling = self.scaling
         if isinstance(scaling, tuple):
             scaling = with_training(scaling, self.preset, tuple(int(n) for n in dims))
         if not follows_time(scaling):
             return scaling
-        if time is None:
-            time = None if self.clock is None else self.clock.time
+        time = None if self.clock is None else self.clock.time
         if time is None:
             raise PosencError(
                 f"{type(self).__name__}: `scaling` {show(self.scaling)} follows the diffusion "

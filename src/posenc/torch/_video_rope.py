@@ -209,7 +209,7 @@ class ChronoEditRope(WanRope):
         r = self.rotary
         if self.scaling is not None:
             step = (float(last), 1.0, 1.0)
-            make = partial(self.scaled_grid, (2, h, w), step=step)
+            make = partial(self.grid_tables, (2, h, w), step=step)
             cos, sin = self.tables((2, h, w), step, make)
         elif self.compat is not None:
             wide = torch.float64 if self.compat == "diffusers" else torch.float32
