@@ -9,6 +9,8 @@
   presets), ``<!-- families:audit -->`` what ``posenc audit`` measures of each,
   ``<!-- families:trained -->`` the size each was trained at and the ``timestep`` its
   transformer receives at pure noise (what the rules past the trained size read).
+- ``<!-- count:from_hf -->`` becomes the number of transformers model families
+  ``RotaryEmbedding.from_hf`` reads (``posenc.compat.transformers.FAMILIES``).
 - ``<!-- gallery -->`` becomes the figure gallery: every script in ``docs/gallery/`` is run at
   build time; its docstring gives the section's title and text, its ``figures()`` yields
   ``(group, stem, caption, figure)``, each figure is written as ``gallery/<stem>.png``, and
@@ -195,6 +197,10 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, **_: Any) -> str:
     for kind in ("sinusoidal", "rotary"):
         markdown = markdown.replace(f"<!-- presets:{kind} -->", _table(kind))
+    if "<!-- count:from_hf -->" in markdown:
+        from posenc.compat.transformers import FAMILIES as FROM_HF
+
+        markdown = markdown.replace("<!-- count:from_hf -->", str(len(FROM_HF)))
     markdown = markdown.replace("<!-- families:patch -->", _patched())
     markdown = markdown.replace("<!-- families:audit -->", _audited())
     markdown = markdown.replace("<!-- families:trained -->", _trained())

@@ -520,7 +520,7 @@ def test_diffusers_findings_follow_the_model_its_config_builds(tmp_path):
         caption_projection_dim=32, out_channels=4, pos_embed_max_size=256, **small)))  # fmt: skip
     assert not [r for r in encodings(aura) if "pos_embed" in r["where"]]  # learned: dropped
     notes = "\n".join(_notes(aura))
-    assert "pos_embed.pos_embed: a learned table" in notes
+    assert "patch: pos_embed.pos_embed (Parameter) left alone: learned, left alone" in notes
     assert "patch: time_step_embed (Timesteps) replaced (exact)" in notes
     assert "GiB" not in json.dumps(aura)  # nothing about this machine
     sana = _audit_json(_write(tmp_path / "sana", _diffusers_config(
@@ -589,3 +589,85 @@ def test_audit_and_patch_name_the_same_modules(models, root, name):
         model = (getattr(T, architectures[0])(config) if architectures
                  else T.AutoModel.from_config(config))  # fmt: skip
     assert _audited_paths(root / name) == _patched_paths(model)
+
+
+# ---------------------------------------------------------------------------------------------
+# where the model's library is not installed: the config alone, read through the records
+
+
+def _alone(folder: Path, library: str) -> subprocess.CompletedProcess[str]:
+    """``posenc audit FOLDER --json`` where ``library`` cannot be imported: the config alone."""
+    code = CLI.replace("from posenc", f"sys.modules[{library!r}] = None; from posenc", 1)
+    args = [sys.executable, "-c", code, "audit", str(folder), "--json"]
+    return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+
+
+def test_without_transformers_a_llama2_config_is_default_rope(tmp_path):
+    """Meta's Llama-2 config.json read alone (it exited 2, "no positional encoding posenc
+    recognises"): default RoPE, base 10000; no module path is guessed for the assignment."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+           "intermediate_size": 512, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "num_key_value_heads": 4, "max_position_embeddings": 4096, "rope_scaling": None,
+           "vocab_size": 1000, "torch_dtype": "float16"}  # fmt: skip
+    proc = _alone(_write(tmp_path / "llama2", cfg), "transformers")
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(proc.stdout)
+    (record,) = encodings(records)
+    assert record["encoding"] == "rotary default, d=64, base 10000"
+    assert record["alternative"] is None
+    assert any("the config alone (transformers is not installed)" in n for n in _notes(records))
+
+
+def test_without_transformers_no_module_path_is_guessed(tmp_path):
+    """GPT-NeoX's rotary module is ``gpt_neox.rotary_emb``: read alone, the audit offered
+    ``model.model.rotary_emb = ...`` (an AttributeError)."""
+    T = pytest.importorskip("transformers")
+    cfg = _transformers_config(T.GPTNeoXConfig(**SMALL, max_position_embeddings=2048),
+                               "GPTNeoXForCausalLM")  # fmt: skip
+    proc = _alone(_write(tmp_path / "neox", cfg), "transformers")
+    assert proc.returncode == 0, proc.stderr
+    (record,) = encodings(json.loads(proc.stdout))
+    assert record["alternative"] is None
+    assert "model.model" not in proc.stdout
+
+
+def _diffusers_configs() -> dict[str, dict[str, Any]]:
+    D = pytest.importorskip("diffusers")
+    small = {"num_attention_heads": 2, "attention_head_dim": 16}
+    return {
+        "aura": _diffusers_config(D.AuraFlowTransformer2DModel, sample_size=32, patch_size=2,
+                                  in_channels=4, num_mmdit_layers=1, num_single_dit_layers=1,
+                                  joint_attention_dim=32, caption_projection_dim=32,
+                                  out_channels=4, pos_embed_max_size=256, **small),
+        "sana": _diffusers_config(D.SanaTransformer2DModel, in_channels=4, out_channels=4,
+                                  num_layers=1, num_cross_attention_heads=2,
+                                  cross_attention_head_dim=16, cross_attention_dim=32,
+                                  caption_channels=32, sample_size=32, interpolation_scale=None,
+                                  **small),
+        "cog": _diffusers_config(D.CogView3PlusTransformer2DModel, in_channels=4,
+                                 out_channels=4, num_layers=1, text_embed_dim=32,
+                                 time_embed_dim=32, condition_dim=16, sample_size=32, **small),
+        "sd3": _diffusers_config(D.SD3Transformer2DModel, sample_size=32, patch_size=2,
+                                 in_channels=4, num_layers=1, joint_attention_dim=32,
+                                 caption_projection_dim=32, pooled_projection_dim=32,
+                                 out_channels=4, pos_embed_max_size=24, **small),
+    }  # fmt: skip
+
+
+def test_without_diffusers_no_table_is_guessed_from_config_keys(tmp_path):
+    """Read alone, AuraFlow's config (a learned table), Sana's (``interpolation_scale: null``:
+    no table) and CogView3Plus' (another patch embedding) were each given a diffusers-2d
+    sin-cos table and ``fix: posenc.torch.patch(model)``, AuraFlow's with this machine's
+    memory size; now none is claimed and the error says the config was read alone. SD3's,
+    a class whose table the audit knows, is still read: its table and timestep sinusoid."""
+    configs = _diffusers_configs()
+    for name in ("aura", "sana", "cog"):
+        proc = _alone(_write(tmp_path / name, configs[name]), "diffusers")
+        assert_one_line_error(proc, "no positional encoding posenc recognises in its config alone")
+        assert "diffusers is not installed" in proc.stderr
+        assert "GiB" not in proc.stderr
+    proc = _alone(_write(tmp_path / "sd3", configs["sd3"]), "diffusers")
+    assert proc.returncode == 0, proc.stderr
+    found = {r["where"]: r for r in encodings(json.loads(proc.stdout))}
+    assert sorted(found) == ["pos_embed.pos_embed", "time_text_embed.time_proj"]
+    assert found["pos_embed.pos_embed"]["encoding"] == "2D sin-cos diffusers-2d, 24x24, d=32"

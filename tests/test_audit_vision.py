@@ -38,6 +38,7 @@ FAMILIES = {  # class: (where, preset, extra config fields)
     "Lumina2Transformer2DModel": ("Lumina2RotaryPosEmbed", "lumina2", {}),
     "ZImageTransformer2DModel": ("RopeEmbedder", "z-image", {}),
     "AllegroTransformer3DModel": ("get_3d_rotary_pos_embed_allegro", "allegro", {}),
+    "LuminaNextDiT2DModel": ("get_2d_rotary_pos_embed_lumina", "lumina-next", {}),
 }  # fmt: skip
 
 
@@ -199,6 +200,31 @@ def test_id_families_carry_their_own_base_and_axes(tmp_path, name):
         for a, d in enumerate(axes)], strict=True)]  # fmt: skip
     float32 = max(float(np.abs(w.astype(np.float32).astype(np.float64) - w).max()) for w in want)
     assert record["float32_error"] == pytest.approx(float32, rel=0.1)  # float64, rounded once
+
+
+OWN_KEYS = {  # class: (where, preset, its config's own keys for the blocks and the base)
+    "PRXTransformer2DModel": ("pe_embedder (PRXEmbedND)", "prx",
+                              {"axes_dim": [16, 48], "theta": 500}),
+    "ErnieImageTransformer2DModel": ("pos_embed (ErnieImageEmbedND3)", "ernie-image",
+                                     {"rope_axes_dim": [48, 40, 40], "rope_theta": 300}),
+    "HiDreamImageTransformer2DModel": ("pe_embedder (HiDreamImageEmbedND)", "hidream",
+                                       {"axes_dims_rope": [64, 32, 32]}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(OWN_KEYS))
+def test_id_families_read_their_own_keys(tmp_path, name):
+    """PRX and ERNIE-Image had no audit (HiDream's named FLUX's attribute): each now names its
+    module where it sits, and reads its blocks and base under its config's own keys."""
+    where, preset, keys = OWN_KEYS[name]
+    cfg = _config(name, keys)
+    records = _audit(tmp_path / name, cfg)
+    (record,) = [r for r in records if "rotary" in r["encoding"]]
+    assert record["where"] == where
+    assert f"preset='{preset}'" in record["equivalent"]
+    blocks = next(v for k, v in keys.items() if "axes" in k)
+    base = float(next((v for k, v in keys.items() if "theta" in k), 10000))
+    assert record["encoding"] == f"axial rotary, axes {tuple(blocks)}, base {base:g}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -532,6 +532,26 @@ def test_signals_remove_the_partial_file(tmp_path, signame, name, length, dim):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_signal_as_the_partial_file_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """A signal the instant the temporary file exists (the race the test above hit under load:
+    a `.part` file left behind) removes it too."""
+    import os
+
+    from posenc.app import files
+
+    made = os.open
+
+    def interrupted(*args, **kwargs):
+        os.close(made(*args, **kwargs))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open", interrupted)
+    with pytest.raises(KeyboardInterrupt), files.atomic(tmp_path / "t.npy"):
+        pass
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_extra_is_a_failure_not_exit_1(tmp_path):
     code = (
         "import sys; sys.modules['matplotlib'] = None; from posenc.app.cli import main; "

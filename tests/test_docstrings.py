@@ -113,3 +113,15 @@ def test_readme_tour_runs():
     tour = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
     assert "posenc.table(" in tour
     exec(compile(tour, "README.md tour", "exec"), {"__name__": "__doc__"})
+
+
+def test_readme_counts_the_families_from_hf_reads():
+    """The README's count of the transformers families ``from_hf`` reads (each tested against
+    its own module: tests/test_rotary_module.py, tests/test_from_hf.py) is the registry's."""
+    pytest.importorskip("torch")
+    from posenc.compat.transformers import FAMILIES
+
+    text = (DOCS.parent / "README.md").read_text()
+    counts = re.findall(r"(\d+) (?:HF|model) families", text)
+    assert counts, text
+    assert {int(n) for n in counts} == {len(FAMILIES)}, counts

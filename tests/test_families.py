@@ -37,8 +37,8 @@ RECORDS = sorted(FAMILIES)
 @pytest.mark.parametrize("name", RECORDS)
 def test_a_record_is_what_the_views_read(name):
     """Its presets are the ones ``posenc.preset`` gives, each replay it names is a function
-    that runs on a small grid, its audit entries measure its own presets, and a family with
-    none says why."""
+    that runs on a small grid, its audit entries measure its own presets, and a preset with
+    none is named in the record's reason (a record with no entry at all says why)."""
     record = FAMILIES[name]
     assert record.presets, name
     for p in record.presets:
@@ -50,7 +50,10 @@ def test_a_record_is_what_the_views_read(name):
             if "torch" in IMPORTED:  # the replay runs, on a small grid of the family's form
                 cos, _ = posenc.rope_grid(_small(p), p.dim, preset=p.name, compat=mode)
                 assert cos.shape[-1] in (p.dim, p.dim // 2), (p.name, mode)
-    assert record.audits or record.unaudited, f"{name}: no audit entry and no reason"
+    audited = {a.preset.name for a in record.audits}
+    for p in record.presets:  # each preset: audited, or the reason names it (or all)
+        reason = record.unaudited and (not record.audits or p.name in record.unaudited)
+        assert p.name in audited or reason, f"{name}: {p.name} has no audit entry, no reason"
     for audit in record.audits:
         assert audit.preset in record.presets
     for trained in record.trained:  # one extent per grid axis of the preset at its own width
@@ -126,6 +129,43 @@ def test_a_family_preset_is_named_in_its_record_only():
             if isinstance(node, ast.Constant) and node.value in home and home[node.value] != rel:
                 stray.append(f"{rel}:{node.lineno} {node.value!r}")
     assert not stray, stray
+
+
+# The other strings equal to a preset's name outside the file that defines it: the public
+# defaults, and words of other namespaces that happen to be spelt as one.
+ELSEWHERE = {
+    ("vaswani", "api/sinusoidal.py"): "the default of table and encode",
+    ("vaswani", "torch/sequence.py"): "the default of the sequence modules",
+    ("mae", "api/sinusoidal.py"): "the default of grid",
+    ("mae", "torch/vision.py"): "the default of GridEncoding",
+    ("llama", "compat/transformers.py"): "a transformers model_type",
+    ("qwen2", "compat/transformers.py"): "a transformers model_type",
+    ("cohere", "compat/transformers.py"): "a transformers model_type",
+    ("llama", "app/audit_models.py"): "a transformers model_type",
+    ("whisper", "app/audit_models.py"): "a transformers model_type",
+    ("marian", "app/audit_models.py"): "a transformers model_type",
+    ("llama3", "spec/scaling.py"): "a transformers rope_type",
+    ("timestep", "torch/_scaled.py"): "the argument of a diffusers forward",
+    ("detr", "__init__.py"): "the function posenc.detr, in __all__",
+}
+
+
+def test_every_preset_is_named_in_its_own_file():
+    """Every preset's name is spelt as a string in the one file that defines it (and the
+    demo); the few other strings equal to one are listed with what they are."""
+    from posenc.spec.presets.sinusoidal import PRESETS
+
+    home = dict.fromkeys(PRESETS, "spec/presets/sinusoidal.py")
+    home |= dict.fromkeys(ROTARY_PRESETS, "spec/presets/rotary.py")
+    home |= {p.name: f"spec/families/{m}.py" for m, r in FAMILIES.items() for p in r.presets}
+    assert sorted(home) == sorted(posenc.presets())
+    found = set()
+    for path in sorted(SOURCE.rglob("*.py")):
+        rel = path.relative_to(SOURCE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in home and home[node.value] != rel:
+                found.add((node.value, rel))
+    assert {pair for pair in found if pair[1] != "app/demo.py"} == set(ELSEWHERE)
 
 
 @pytest.mark.parametrize(

@@ -443,3 +443,15 @@ def test_the_module_keeps_transformers_max_seq_len_cached():
     theirs(x, ids)
     ours(x, ids)
     assert ours.max_seq_len_cached == theirs.max_seq_len_cached == 3000
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_a_familys_default_theta_is_its_config_classs(model_type):
+    """``Family.theta``, which ``posenc audit`` reads a config.json without ``rope_theta``
+    with where transformers is not installed, is the default of transformers' config class
+    (None where the class's default is one set per layer type)."""
+    config = T.AutoConfig.for_model(model_type)
+    params = config.rope_parameters
+    per_layer = all(isinstance(v, dict) for v in params.values())
+    want = None if per_layer else params["rope_theta"]
+    assert FAMILIES[model_type].theta == want

@@ -17,6 +17,7 @@ from posenc.errors import PosencError
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from posenc.torch import PatchReport, patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
@@ -33,23 +34,25 @@ def _llama():
     )
 
 
-ROTARY = {  # name: (model, the rotary module's path)
-    "llama3": (_llama, "model.rotary_emb"),
+ROTARY = {  # name: (model, the rotary module's path, its class)
+    "llama3": (_llama, "model.rotary_emb", "LlamaRotaryEmbedding"),
     "qwen2-yarn": (lambda: T.Qwen2ForCausalLM(T.Qwen2Config(
         **SMALL, max_position_embeddings=32768, rope_parameters={"rope_type": "yarn",
         "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 8192})),
-        "model.rotary_emb"),
+        "model.rotary_emb", "Qwen2RotaryEmbedding"),
     "gpt-neox-partial": (lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        vocab_size=128, rotary_pct=0.5, max_position_embeddings=32768)), "gpt_neox.rotary_emb"),
+        vocab_size=128, rotary_pct=0.5, max_position_embeddings=32768)), "gpt_neox.rotary_emb",
+        "GPTNeoXRotaryEmbedding"),
     "phi3-longrope": (lambda: T.Phi3ForCausalLM(T.Phi3Config(
         **SMALL, max_position_embeddings=65536, original_max_position_embeddings=4096,
         rope_scaling={"type": "longrope", "short_factor": SHORT, "long_factor": LONG},
         pad_token_id=0)),
-        "model.rotary_emb"),
+        "model.rotary_emb", "Phi3RotaryEmbedding"),
     "qwen2-vl-text": (lambda: T.Qwen2VLTextModel(T.Qwen2VLTextConfig(
         hidden_size=512, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=128, max_position_embeddings=32768)), "rotary_emb"),
+        num_key_value_heads=2, vocab_size=128, max_position_embeddings=32768)), "rotary_emb",
+        "Qwen2VLRotaryEmbedding"),
 }  # fmt: skip
 
 
@@ -71,42 +74,45 @@ def _paths(rows):
     return sorted(r.path for r in rows)
 
 
+def _positions(ids, *positions):
+    """``outputs`` for the contract: the model's forward on ``ids`` at each of ``positions``
+    (None: its own)."""
+
+    def outputs(m, dtype):
+        for pos in positions:
+            yield from forward(m, {"input_ids": ids, "position_ids": pos}, dtype)
+
+    return outputs
+
+
 @pytest.mark.parametrize("name", ROTARY)
 def test_rotary_families(name):
-    make, path = ROTARY[name]
+    make, path, cls = ROTARY[name]
     model = _model(make)
     n = model.config.max_position_embeddings
     ids = torch.randint(0, 128, (1, 24))
     far = torch.arange(n - 24, n)[None]
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    assert _paths(report.replaced) == [path]
-    assert not report.left_alone
-    assert report.replaced[0].mode == "compat"
-    for pos in (None, far):
-        assert torch.equal(_out(compat, ids, pos), _out(model, ids, pos))
-    exact = copy.deepcopy(model)
-    report = patch(exact)
-    assert _paths(report.replaced) == [path]
-    assert report[0].mode == "exact"
-    assert report[0].max_diff > 0
-    assert type(exact.get_submodule(path)).__name__ == "HFRotaryEmbedding"
-    reference = copy.deepcopy(model).double()
-    patch(reference)  # float64 activations: exact float64 tables
-    want = _out(reference, ids, far)
-    before = (_out(model, ids, far).double() - want).abs().max()
-    after = (_out(exact, ids, far).double() - want).abs().max()
-    assert after < (before / 2 if name in LOGITS_SHOW_IT else before * 1.1), (after, before)
-    x64 = torch.zeros(1, dtype=torch.float64)  # the tables themselves, against float64 ones
-    ref = reference.get_submodule(path)(x64, far)
-    old = model.get_submodule(path)(x64[:0].float(), far)
-    new = exact.get_submodule(path)(x64[:0].float(), far)
-    err_old = max((a.double() - b).abs().max() for a, b in zip(old, ref, strict=True))
-    err_new = max((a.double() - b).abs().max() for a, b in zip(new, ref, strict=True))
-    assert err_new < 2**-23 < err_old, (err_new, err_old)
-    exact.load_state_dict(model.state_dict(), strict=True)  # inv_freq was never saved
-    assert len(patch(exact)) == 0
-    assert len(patch(compat, compat="original")) == 0
+
+    def exact(original, patched):
+        assert type(patched.get_submodule(path)).__name__ == "HFRotaryEmbedding"
+        reference = copy.deepcopy(original).double()
+        patch(reference)  # float64 activations: exact float64 tables
+        want = _out(reference, ids, far)
+        before = (_out(original, ids, far).double() - want).abs().max()
+        after = (_out(patched, ids, far).double() - want).abs().max()
+        assert after < (before / 2 if name in LOGITS_SHOW_IT else before * 1.1), (after, before)
+        x64 = torch.zeros(1, dtype=torch.float64)  # the tables themselves, against float64 ones
+        ref = reference.get_submodule(path)(x64, far)
+        old = original.get_submodule(path)(x64[:0].float(), far)
+        new = patched.get_submodule(path)(x64[:0].float(), far)
+        err_old = max((a.double() - b).abs().max() for a, b in zip(old, ref, strict=True))
+        err_new = max((a.double() - b).abs().max() for a, b in zip(new, ref, strict=True))
+        assert err_new < 2**-23 < err_old, (err_new, err_old)
+
+    contract = check_patch_contract(model, {path: cls}, _positions(ids, None, far), exact)
+    assert not contract.compat.left_alone
+    assert contract.exact[0].max_diff > 0
+    assert len(patch(contract.model)) == 0  # twice: nothing to report, nothing left alone
 
 
 def test_dry_run_changes_nothing_and_reports():
@@ -127,15 +133,15 @@ def test_dry_run_changes_nothing_and_reports():
 
 def test_llama_bf16_autocast_and_compat_rules():
     model = _model(_llama)
-    patched = copy.deepcopy(model)
-    patch(patched, compat="original")
     ids, far = torch.randint(0, 128, (1, 16)), torch.arange(60000, 60016)[None]
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch.equal(_out(patched, ids, far), _out(model, ids, far))
     with pytest.raises(PosencError, match="compat"):
         patch(model, compat="transformers")
-    patched, model = patched.to(torch.bfloat16), model.to(torch.bfloat16)  # moved after patch
-    assert torch.equal(_out(patched, ids, far), _out(model, ids, far))
+
+    def exact(original, patched):
+        assert type(patched.model.rotary_emb).__name__ == "HFRotaryEmbedding"
+
+    paths = {"model.rotary_emb": "LlamaRotaryEmbedding"}
+    check_patch_contract(model, paths, _positions(ids, far), exact)  # bf16: autocast, cast after
 
 
 def _follows_to():
@@ -157,13 +163,13 @@ def test_llama_bf16_model_compat_is_identical(how, tmp_path):
     else:
         model.save_pretrained(tmp_path)
         model = T.LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
-    patched = copy.deepcopy(model)
-    report = patch(patched, compat="original")
-    assert _paths(report.replaced) == ["model.rotary_emb"]
     ids, far = torch.randint(0, 128, (1, 16)), torch.arange(60000, 60016)[None]
-    for pos in (None, far):
-        assert torch.equal(_out(patched, ids, pos), _out(model, ids, pos))
-    patched.load_state_dict(model.state_dict(), strict=True)
+
+    def exact(original, patched):
+        assert type(patched.model.rotary_emb).__name__ == "HFRotaryEmbedding"
+
+    paths = {"model.rotary_emb": "LlamaRotaryEmbedding"}
+    check_patch_contract(model, paths, _positions(ids, None, far), exact)
 
 
 def test_gemma3_per_layer_types():
@@ -177,25 +183,23 @@ def test_gemma3_per_layer_types():
     if not row.replaced:  # from_hf does not read per-layer-type parameters yet
         assert row.note.startswith("not covered yet"), row.note
         return
-    patched, exact = copy.deepcopy(model), copy.deepcopy(model)
-    patch(patched, compat="original")
-    (row,) = patch(exact)
-    assert row.mode == "exact"
-    assert row.max_diff > 0
     ids, far = torch.randint(0, 128, (1, 16)), torch.arange(8176, 8192)[None]
-    for pos in (None, far):
-        assert torch.equal(_out(patched, ids, pos), _out(model, ids, pos))
-    x64 = torch.zeros(1, dtype=torch.float64)
-    ref = copy.deepcopy(exact.model.rotary_emb)  # exact, float64 tables for float64 x
-    for layer_type in ("sliding_attention", "full_attention"):
-        want = ref(x64, far, layer_type)
-        new = exact.model.rotary_emb(x64[:0].float(), far, layer_type)
-        old = model.model.rotary_emb(x64[:0].float(), far, layer_type)
-        err_new = max((a.double() - b).abs().max() for a, b in zip(new, want, strict=True))
-        err_old = max((a.double() - b).abs().max() for a, b in zip(old, want, strict=True))
-        assert err_new < 2**-23 < err_old
-    for m in (patched, exact):
-        m.load_state_dict(model.state_dict(), strict=True)
+
+    def exact(original, patched):
+        x64 = torch.zeros(1, dtype=torch.float64)
+        ref = copy.deepcopy(patched.model.rotary_emb)  # exact, float64 tables for float64 x
+        for layer_type in ("sliding_attention", "full_attention"):
+            want = ref(x64, far, layer_type)
+            new = patched.model.rotary_emb(x64[:0].float(), far, layer_type)
+            old = original.model.rotary_emb(x64[:0].float(), far, layer_type)
+            err_new = max((a.double() - b).abs().max() for a, b in zip(new, want, strict=True))
+            err_old = max((a.double() - b).abs().max() for a, b in zip(old, want, strict=True))
+            assert err_new < 2**-23 < err_old
+
+    paths = {"model.rotary_emb": "Gemma3RotaryEmbedding"}
+    contract = check_patch_contract(model, paths, _positions(ids, None, far), exact)
+    (row,) = contract.exact
+    assert row.max_diff > 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,49 +221,35 @@ def _whisper():
         pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1))  # fmt: skip
 
 
-def _whisper_out(model, feats):
-    with torch.no_grad():
-        out = model(input_features=feats, decoder_input_ids=torch.tensor([[1, 5, 6, 7]]))
-    return out.last_hidden_state, out.encoder_last_hidden_state
-
-
 def test_whisper():
     model = _model(_whisper)
     feats = torch.randn(1, 8, 3000)
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    assert _paths(report.replaced) == ["encoder.embed_positions"]
-    assert _paths(report.left_alone) == ["decoder.embed_positions"]
-    assert report.left_alone[0].note == "learned, left alone"
-    for a, b in zip(_whisper_out(compat, feats), _whisper_out(model, feats), strict=True):
-        assert torch.equal(a, b)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch.equal(_whisper_out(compat, feats)[1], _whisper_out(model, feats)[1])
-    exact = copy.deepcopy(model)
-    report = patch(exact)
-    assert _paths(report.replaced) == ["encoder.embed_positions"]
+    inputs = {"input_features": feats, "decoder_input_ids": torch.tensor([[1, 5, 6, 7]])}
     want = _sinusoids64(1500, 64)
-    table = exact.encoder.embed_positions.weight
-    assert table.dtype == torch.float32
-    assert list(exact.encoder.embed_positions.state_dict()) == ["weight"]  # written on save
     before = np.abs(model.encoder.embed_positions.weight.detach().double().numpy() - want).max()
-    after = np.abs(table.double().numpy() - want).max()
-    assert after < 2**-24 < before / 4
-    assert report.replaced[0].max_diff == pytest.approx(before, rel=0.01)
-    for m, mode in ((exact, None), (compat, "original")):
-        m.load_state_dict(model.state_dict(), strict=True)  # embed_positions.weight: checked
-        assert len(patch(m, compat=mode)) == 1  # the decoder's learned table, left alone again
+    low = copy.deepcopy(model).to(torch.bfloat16)  # a bf16 model: its table is patched too
+    assert _paths(patch(low, compat="original").replaced) == ["encoder.embed_positions"]
+
+    def exact(original, patched):
+        table = patched.encoder.embed_positions.weight
+        assert table.dtype == torch.float32
+        assert list(patched.encoder.embed_positions.state_dict()) == ["weight"]  # written on save
+        after = np.abs(table.double().numpy() - want).max()
+        assert after < 2**-24 < before / 4
+
     learned = model.state_dict()
     learned["encoder.embed_positions.weight"] = torch.randn(1500, 64)
+
+    def outputs(m, dtype):
+        return forward(m, inputs, dtype)
+
+    contract = check_patch_contract(model, {"encoder.embed_positions": "Embedding"}, outputs, exact)
+    assert _paths(contract.compat.left_alone) == ["decoder.embed_positions"]
+    assert contract.compat.left_alone[0].note == "learned, left alone"
+    assert contract.exact.replaced[0].max_diff == pytest.approx(before, rel=0.01)
+    assert len(patch(contract.model)) == 1  # the decoder's learned table, left alone again
     with pytest.raises(PosencError, match=r"encoder\.embed_positions\.weight"):
-        exact.load_state_dict(learned, strict=True)
-    bf = copy.deepcopy(model).to(torch.bfloat16)
-    bf_patched = copy.deepcopy(bf)
-    assert _paths(patch(bf_patched, compat="original").replaced) == ["encoder.embed_positions"]
-    feats16 = feats.to(torch.bfloat16)
-    assert torch.equal(_whisper_out(bf_patched, feats16)[1], _whisper_out(bf, feats16)[1])
-    compat, bf = compat.to(torch.bfloat16), copy.deepcopy(model).to(torch.bfloat16)  # after
-    assert torch.equal(_whisper_out(compat, feats16)[1], _whisper_out(bf, feats16)[1])
+        contract.model.load_state_dict(learned, strict=True)
 
 
 def test_a_trainable_sinusoid_is_left_alone():
@@ -281,42 +271,41 @@ def _seq2seq_out(model, ids):
 SEQ2SEQ = {"vocab_size": 128, "d_model": 64, "encoder_layers": 1, "decoder_layers": 1,
            "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
            "decoder_ffn_dim": 128, "pad_token_id": 1, "decoder_start_token_id": 2}  # fmt: skip
-TABLES = {  # name: (model, replaced paths, table attribute, float64 reference)
+TABLES = {  # name: (model, its tables' class, the table attribute, the padding row)
     "marian": (lambda: T.MarianModel(T.MarianConfig(**SEQ2SEQ, max_position_embeddings=512)),
-               "weight", None),
+               "MarianSinusoidalPositionalEmbedding", "weight", None),
     "m2m100": (lambda: T.M2M100Model(T.M2M100Config(**SEQ2SEQ, max_position_embeddings=1024)),
-               "weights", 1),
+               "M2M100SinusoidalPositionalEmbedding", "weights", 1),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", TABLES)
 def test_marian_and_m2m100(name):
-    make, attr, pad = TABLES[name]
+    make, cls, attr, pad = TABLES[name]
     model = _model(make)
     ids = torch.randint(3, 128, (2, 12))
     ids[1, 9:] = 1  # padding
-    paths = ["decoder.embed_positions", "encoder.embed_positions"]
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    assert _paths(report.replaced) == paths
-    assert not report.left_alone
-    assert torch.equal(_seq2seq_out(compat, ids), _seq2seq_out(model, ids))
-    exact = copy.deepcopy(model)
-    report = patch(exact)
-    assert _paths(report.replaced) == paths
-    old = getattr(model.encoder.embed_positions, attr).detach().double().numpy()
-    new = getattr(exact.encoder.embed_positions, attr).double().numpy()
-    if pad is None:  # Marian's table: float64 arithmetic, rounded once: already exact
-        assert np.array_equal(old, new)
-        assert report[0].max_diff == 0
-    else:  # fairseq's float32 arithmetic; row padding_idx is zero
-        want = _sinusoids64(old.shape[0], 64)
-        want[pad] = 0
-        assert np.abs(new - want).max() < 2**-24 < np.abs(old - want).max() / 4
-    assert torch.allclose(_seq2seq_out(exact, ids), _seq2seq_out(model, ids), atol=1e-4)
-    for m, mode in ((exact, None), (compat, "original")):
-        m.load_state_dict(model.state_dict(), strict=True)
-        assert len(patch(m, compat=mode)) == 0
+    paths = {"decoder.embed_positions": cls, "encoder.embed_positions": cls}
+
+    def outputs(m, dtype):
+        return forward(m, {"input_ids": ids, "decoder_input_ids": ids[:, :5]}, dtype)
+
+    def exact(original, patched):
+        old = getattr(original.encoder.embed_positions, attr).detach().double().numpy()
+        new = getattr(patched.encoder.embed_positions, attr).double().numpy()
+        if pad is None:  # Marian's table: float64 arithmetic, rounded once: already exact
+            assert np.array_equal(old, new)
+        else:  # fairseq's float32 arithmetic; row padding_idx is zero
+            want = _sinusoids64(old.shape[0], 64)
+            want[pad] = 0
+            assert np.abs(new - want).max() < 2**-24 < np.abs(old - want).max() / 4
+        assert torch.allclose(_seq2seq_out(patched, ids), _seq2seq_out(original, ids), atol=1e-4)
+
+    contract = check_patch_contract(model, paths, outputs, exact)
+    assert not contract.compat.left_alone
+    if pad is None:
+        assert contract.exact[0].max_diff == 0
+    assert len(patch(contract.model)) == 0
 
 
 def test_speech2text():
@@ -324,20 +313,21 @@ def test_speech2text():
                                  input_feat_per_channel=8, input_channels=1, conv_channels=16,
                                  num_conv_layers=2, conv_kernel_sizes=[5, 5])  # fmt: skip
     model = _model(lambda: T.Speech2TextModel(config))
-    feats, dec = torch.randn(1, 100, 8), torch.tensor([[2, 5, 6, 7]])
+    inputs = {
+        "input_features": torch.randn(1, 100, 8),
+        "decoder_input_ids": torch.tensor([[2, 5, 6, 7]]),
+    }
 
     def out(m):
         with torch.no_grad():
-            return m(input_features=feats, decoder_input_ids=dec).last_hidden_state
+            return m(**inputs).last_hidden_state
 
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    assert _paths(report.replaced) == ["decoder.embed_positions", "encoder.embed_positions"]
-    assert torch.equal(out(compat), out(model))
-    exact = copy.deepcopy(model)
-    patch(exact)
-    assert torch.allclose(out(exact), out(model), atol=1e-4)
-    exact.load_state_dict(model.state_dict(), strict=True)
+    def exact(original, patched):
+        assert torch.allclose(out(patched), out(original), atol=1e-4)
+
+    cls = "Speech2TextSinusoidalPositionalEmbedding"
+    paths = {"decoder.embed_positions": cls, "encoder.embed_positions": cls}
+    check_patch_contract(model, paths, lambda m, dtype: forward(m, inputs, dtype), exact)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,10 +342,19 @@ def test_vit_mae():
                             decoder_intermediate_size=64)  # fmt: skip
     model = _model(lambda: T.ViTMAEForPreTraining(config))
     pixels, noise = torch.randn(2, 3, 32, 32), torch.rand(2, 64)
+    bigger = torch.randn(2, 3, 40, 40)  # interpolation reads the table as a tensor
+    runs = [
+        {"pixel_values": pixels, "noise": noise},
+        {"pixel_values": bigger, "noise": torch.rand(2, 100), "interpolate_pos_encoding": True},
+    ]
 
-    def out(m, x=pixels, **kw):
+    def out(m, inputs):
         with torch.no_grad():
-            return m(pixel_values=x, noise=noise, **kw).logits
+            return m(**inputs).logits
+
+    def outputs(m, dtype):
+        for inputs in runs:
+            yield from forward(m, inputs, dtype)
 
     # a model built from a config holds zero tables (transformers skips their init); a
     # checkpoint holds transformers' sin-cos: load it as from_pretrained would
@@ -363,28 +362,23 @@ def test_vit_mae():
     table = mae.build_2d_sinusoidal_position_embedding(8, 8, 64, cls_token=True)
     with torch.no_grad():
         model.vit.embeddings.position_embeddings.copy_(torch.cat([table[:, 32:], table[:, :32]], 1))
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    assert _paths(report.replaced) == ["vit.embeddings.position_embeddings"]
-    assert _paths(report.left_alone) == ["decoder.decoder_pos_embed"]  # all zero: not the table
-    assert "not the mae sinusoid" in report.left_alone[0].note
-    assert torch.equal(out(compat), out(model))
-    exact = copy.deepcopy(model)
-    patch(exact)
-    table = exact.vit.embeddings.position_embeddings
-    assert table.shape == (1, 65, 64)
-    assert not table.state_dict()
-    assert torch.equal(out(exact), out(model))  # MAE's table is float64 arithmetic: exact
-    bigger = torch.randn(2, 3, 40, 40)  # interpolation reads the table as a tensor
-    noise = torch.rand(2, 100)
-    assert torch.equal(out(exact, bigger, interpolate_pos_encoding=True),
-                       out(model, bigger, interpolate_pos_encoding=True))  # fmt: skip
-    exact.load_state_dict(model.state_dict(), strict=True)
+
+    def exact(original, patched):
+        table = patched.vit.embeddings.position_embeddings
+        assert table.shape == (1, 65, 64)
+        assert not table.state_dict()
+        for inputs in runs:  # MAE's table is float64 arithmetic: exact
+            assert torch.equal(out(patched, inputs), out(original, inputs))
+
     learned = model.state_dict()
     learned["vit.embeddings.position_embeddings"] = torch.randn(1, 65, 64)
+    paths = {"vit.embeddings.position_embeddings": "Parameter"}
+    contract = check_patch_contract(model, paths, outputs, exact)
+    left = contract.compat.left_alone
+    assert _paths(left) == ["decoder.decoder_pos_embed"]  # all zero: not the table
+    assert "not the mae sinusoid" in left[0].note
     with pytest.raises(PosencError, match=r"vit\.embeddings\.position_embeddings"):
-        exact.load_state_dict(learned, strict=True)
-    assert not patch(exact).replaced
+        contract.model.load_state_dict(learned, strict=True)
 
 
 def test_detr_sine_encoding():

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -80,35 +81,37 @@ class _RotateHalf(torch.nn.Module):
 
 
 def test_rotate_half_modules_compat_is_identical_and_exact_is_close():
+    calls = [(100, torch.float32), (37, torch.bfloat16)]
+
+    def outputs(m, dtype):  # bfloat16: autocast (Anima's matmul is lowered) on the float32 root
+        low = any(b.dtype == torch.bfloat16 for b in m.buffers())  # a bfloat16 root: as it is
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32 and not low):
+            return [t for n, d in calls for t in m(n, d)]
+
+    def exact(original, patched):
+        for n, dtype in calls:
+            for a, b in zip(patched(n, dtype), original(n, dtype), strict=True):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-2)
+        cos, sin = patched.ideogram(torch.tensor([[[3, 65536 + 9, 65536 + 4]]]))
+        j = np.arange(64)
+        axis = np.where((j % 3 == 1) & (j < 60), 1, np.where((j % 3 == 2) & (j < 60), 2, 0))
+        theta = np.array([3, 65536 + 9, 65536 + 4])[axis] * 5e6 ** (-2 * j / 128)
+        theta = np.concatenate([theta, theta])
+        for got, want in ((cos, np.cos(theta)), (sin, np.sin(theta))):
+            np.testing.assert_array_less(np.abs(got[0, 0].double().numpy() - want),
+                                         6e-8 * np.abs(want) + 1e-38)  # fmt: skip
+
     root = _RotateHalf()
-    compat, exact = copy.deepcopy(root), copy.deepcopy(root)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert {r.original for r in rows.values()} == {
-        "Ideogram4MRoPE", "Cosmos3VLTextRotaryEmbedding", "MiniMaxMusic3RotaryEmbedding",
-        "AudioDiTRotaryEmbedding", "AnimaRotaryEmbedding"}  # fmt: skip
-    assert rows["ideogram"].max_diff > 1e-3  # float32 angles at 65536 + j, base 5e6
-    patch(exact)
-    for n, dtype in [(100, torch.float32), (37, torch.bfloat16)]:
+    for n, dtype in calls:
         want = root(n, dtype)
-        got = compat(n, dtype)
-        assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want, strict=True))
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # Anima's matmul is lowered
-            under = root(n, dtype)
-            assert all(a.dtype == b.dtype and torch.equal(a, b)
-                       for a, b in zip(compat(n, dtype), under, strict=True))  # fmt: skip
-        assert not torch.equal(under[-1], want[-1])  # Anima's angles in bfloat16 here
-        for a, b in zip(exact(n, dtype), want, strict=True):
-            torch.testing.assert_close(a, b, rtol=0, atol=1e-2)
-    cos, sin = exact.ideogram(torch.tensor([[[3, 65536 + 9, 65536 + 4]]]))
-    j = np.arange(64)
-    axis = np.where((j % 3 == 1) & (j < 60), 1, np.where((j % 3 == 2) & (j < 60), 2, 0))
-    theta = np.array([3, 65536 + 9, 65536 + 4])[axis] * 5e6 ** (-2 * j / 128)
-    theta = np.concatenate([theta, theta])
-    for got, want in ((cos, np.cos(theta)), (sin, np.sin(theta))):
-        np.testing.assert_array_less(np.abs(got[0, 0].double().numpy() - want),
-                                     6e-8 * np.abs(want) + 1e-38)  # fmt: skip
-    exact.load_state_dict(root.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not torch.equal(root(n, dtype)[-1], want[-1])  # Anima's angles in bfloat16
+    paths = {"ideogram": "Ideogram4MRoPE", "cosmos3": "Cosmos3VLTextRotaryEmbedding",
+             "minimax": "MiniMaxMusic3RotaryEmbedding", "audiodit": "AudioDiTRotaryEmbedding",
+             "anima": "AnimaRotaryEmbedding"}  # fmt: skip
+    contract = check_patch_contract(root, paths, outputs, exact)
+    rows = {r.path: r for r in contract.compat.replaced}
+    assert rows["ideogram"].max_diff > 1e-3  # float32 angles at 65536 + j, base 5e6
 
 
 def test_rotate_half_buffers_follow_bfloat16():

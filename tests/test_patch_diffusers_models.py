@@ -2,9 +2,10 @@
 the families whose rotary modules are otherwise tested inside a tiny root: Framepack,
 Motif-Video, Helios, SANA-WM, AnyFlow, AnyFlow FAR, Qwen-Image 2.1, MiniMax-H3 (transformer
 and VAE decoder), Wan-Animate, Kandinsky 6 and Kandinsky 6 SR. compat="original" leaves every
-output identical (float32, and a bfloat16 model), the report names the rotary modules, the
-exact patch moves the outputs by float32 noise only, the original checkpoint loads with
-strict=True, and patching twice is a no-op. Each model is checked to depend on its rotary
+output identical (float32, bfloat16 activations, and the model in bfloat16, cast before or
+after the patch), the report names the rotary modules (and the Timesteps), the exact patch moves
+the outputs by float32 noise only, the original checkpoint loads with strict=True, and patching
+twice is a no-op (tests/contract.py). Each model is checked to depend on its rotary
 tables, so that identical outputs say something."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = [
     pytest.mark.usefixtures("quiet_diffusers"),
@@ -236,21 +238,30 @@ K6_ROTARY = {"visual_rope_embeddings": "Kandinsky6RoPE3D",
              "audio_text_rope_embeddings": "Kandinsky6RoPE1D",
              "audio_rope_embeddings": "Kandinsky6RoPE1D"}  # fmt: skip
 
-MODELS = {  # build, inputs, the rotary modules' paths and classes
-    "framepack": (_framepack, _framepack_inputs, {"rope": "HunyuanVideoFramepackRotaryPosEmbed"}),
-    "motif-video": (_motif, _motif_inputs, {"rope": "MotifVideoRotaryPosEmbed"}),
-    "helios": (_helios, _helios_inputs, {"rope": "HeliosRotaryPosEmbed"}),
-    "sana-wm": (_sana_wm, _sana_wm_inputs, {"rope": "SanaWMRotaryPosEmbed"}),
-    "anyflow": (_anyflow, _anyflow_inputs, {"rope": "AnyFlowRotaryPosEmbed"}),
-    "anyflow-far": (_far, _far_inputs, {"rope": "AnyFlowCausalRotaryPosEmbed"}),
-    "qwen-image-2.1": (_qwen21, _qwen21_inputs, {"pos_embed": "QwenImage21Rope"}),
-    "minimax-h3": (_minimax_h3, _minimax_h3_inputs, {"rope": "MiniMaxH3RotaryPosEmbed"}),
+MODELS = {  # build, inputs, the rotary modules' paths and classes, the Timesteps' paths
+    "framepack": (_framepack, _framepack_inputs, {"rope": "HunyuanVideoFramepackRotaryPosEmbed"},
+                  ["time_text_embed.time_proj", "context_embedder.time_text_embed.time_proj"]),
+    "motif-video": (_motif, _motif_inputs, {"rope": "MotifVideoRotaryPosEmbed"},
+                    ["time_text_embed.time_proj"]),
+    "helios": (_helios, _helios_inputs, {"rope": "HeliosRotaryPosEmbed"},
+               ["condition_embedder.timesteps_proj"]),
+    "sana-wm": (_sana_wm, _sana_wm_inputs, {"rope": "SanaWMRotaryPosEmbed"}, ["time_proj"]),
+    "anyflow": (_anyflow, _anyflow_inputs, {"rope": "AnyFlowRotaryPosEmbed"},
+                ["condition_embedder.timesteps_proj"]),
+    "anyflow-far": (_far, _far_inputs, {"rope": "AnyFlowCausalRotaryPosEmbed"},
+                    ["condition_embedder.timesteps_proj"]),
+    "qwen-image-2.1": (_qwen21, _qwen21_inputs, {"pos_embed": "QwenImage21Rope"}, []),
+    "minimax-h3": (_minimax_h3, _minimax_h3_inputs, {"rope": "MiniMaxH3RotaryPosEmbed"},
+                   ["time_proj"]),
     "minimax-h3-vae": (_minimax_h3_vae, _minimax_h3_vae_inputs,
-                       {"decoder.rope": "MiniMaxH3VideoRotaryPosEmbed"}),
-    "wan-animate": (_wan_animate, _wan_animate_inputs, {"rope": "WanRotaryPosEmbed"}),
-    "kandinsky6": (_kandinsky6, _kandinsky6_inputs, K6_ROTARY),
+                       {"decoder.rope": "MiniMaxH3VideoRotaryPosEmbed"}, []),
+    "wan-animate": (_wan_animate, _wan_animate_inputs, {"rope": "WanRotaryPosEmbed"},
+                    ["condition_embedder.timesteps_proj"]),
+    "kandinsky6": (_kandinsky6, _kandinsky6_inputs, K6_ROTARY,
+                   ["video_time_embeddings.time_proj", "audio_time_embeddings.time_proj"]),
     "kandinsky6-sr": (_kandinsky6_sr, _kandinsky6_sr_inputs,
-                      {"visual_rope_embeddings": "Kandinsky6SRRoPE3D"}),
+                      {"visual_rope_embeddings": "Kandinsky6SRRoPE3D"},
+                      ["time_embeddings.time_proj"]),
 }  # fmt: skip
 
 
@@ -267,22 +278,22 @@ def _build(family):
     return model
 
 
-def _out(model, inputs, dtype=None):
-    """Every tensor the model returns (the VAE: what it decodes), in order."""
-    if dtype is not None:
-        inputs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                  for k, v in inputs.items()}  # fmt: skip
-    call = model.decode if "z" in inputs else model
-    with torch.no_grad():
-        out = call(**inputs, return_dict=False)
-    return tuple(t for t in out if isinstance(t, torch.Tensor))
+class _Decoding(torch.nn.Module):
+    """A VAE whose forward is its decoder's."""
+
+    def __init__(self, vae):
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, **inputs):
+        return self.vae.decode(**inputs)
 
 
-def _same(a, b):
-    """Tuples of tensors of the same dtypes, bit for bit."""
-    return len(a) == len(b) and all(
-        x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b, strict=True)
-    )
+def _out(model, inputs, dtype=torch.float32):
+    """Every tensor the model returns (the VAE: what it decodes), in order, as the contract
+    runs it for activations of ``dtype``."""
+    call = _Decoding(model) if "z" in inputs else model
+    return forward(call, {**inputs, "return_dict": False}, dtype)
 
 
 def _scaled(value, factor):
@@ -312,32 +323,6 @@ def _moved_by_scaled_tables(model, path, inputs, before):
     return max((a - b).abs().max().item() for a, b in zip(after, before, strict=True))
 
 
-@pytest.mark.parametrize("family", sorted(MODELS))
-def test_compat_is_identical_and_exact_is_close(family):
-    _, inputs_of, rotary = MODELS[family]
-    model, inputs = _build(family), inputs_of()
-    before = _out(model, inputs)
-    for path in rotary:  # the outputs depend on each table: identical outputs say something
-        assert _moved_by_scaled_tables(model, path, inputs, before) > 2 * ATOL, path
-    compat = copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    for path, name in rotary.items():
-        assert (rows[path].original, rows[path].mode) == (name, "compat")
-    assert _same(_out(compat, inputs), before)
-
-    exact = copy.deepcopy(model)
-    modes = {r.path: r.mode for r in patch(exact).replaced}
-    assert all(modes[path] == "exact" for path in rotary)
-    after = _out(exact, inputs)
-    assert all(torch.isfinite(t).all() for t in after)
-    for a, b in zip(after, before, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=ATOL)
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert not exact.state_dict().keys() - model.state_dict().keys()
-    assert len(patch(exact)) == 0
-    assert len(patch(compat, compat="original")) == 0
-
-
 # None now: Helios's compat stand-in keeps its frequency buffers, which turn bfloat16 with the
 # model as the original's do (its einsum with the float32 positions promotes them back).
 LEFT_ALONE_IN_BFLOAT16: set[str] = set()
@@ -345,31 +330,29 @@ LEFT_ALONE_IN_BFLOAT16: set[str] = set()
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 @pytest.mark.parametrize("family", sorted(MODELS))
-def test_compat_patch_of_a_bfloat16_model(family):
-    _, inputs_of, rotary = MODELS[family]
-    model = _build(family).to(torch.bfloat16)
-    compat = copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original")}
-    for path, name in rotary.items():
+def test_compat_is_identical_and_exact_is_close(family):
+    _, inputs_of, rotary, timesteps = MODELS[family]
+    model, inputs = _build(family), inputs_of()
+    before = _out(model, inputs)
+    for path in rotary:  # the outputs depend on each table: identical outputs say something
+        assert _moved_by_scaled_tables(model, path, inputs, before) > 2 * ATOL, path
+    rows = {r.path: r for r in patch(copy.deepcopy(model).to(torch.bfloat16), compat="original")}
+    for path, name in rotary.items():  # a bfloat16 model's report
         assert rows[path].original == name
         if family in LEFT_ALONE_IN_BFLOAT16:
             assert rows[path].mode is None
             assert "does not repeat its numbers" in rows[path].note
         else:
             assert rows[path].mode == "compat"
-    inputs = inputs_of()
-    assert _same(_out(compat, inputs, torch.bfloat16), _out(model, inputs, torch.bfloat16))
 
+    def outputs(m, dtype):
+        return _out(m, inputs, dtype)
 
-@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
-@pytest.mark.parametrize("family", sorted(MODELS))
-def test_compat_patch_then_bfloat16(family):
-    """The float32 model patched, then both cast: outputs bit for bit."""
-    _, inputs_of, _ = MODELS[family]
-    model = _build(family)
-    compat = copy.deepcopy(model)
-    patch(compat, compat="original")
-    model.to(torch.bfloat16)
-    compat.to(torch.bfloat16)
-    inputs = inputs_of()
-    assert _same(_out(compat, inputs, torch.bfloat16), _out(model, inputs, torch.bfloat16))
+    def exact(original, patched):
+        after = _out(patched, inputs)
+        assert all(torch.isfinite(t).all() for t in after)
+        for a, b in zip(after, before, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=ATOL)
+
+    paths = {**rotary, **dict.fromkeys(timesteps, "Timesteps")}
+    check_patch_contract(model, paths, outputs, exact)

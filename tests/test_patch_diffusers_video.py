@@ -1,51 +1,59 @@
 """posenc.torch.patch on small random-weight diffusers transformers of the families that share
 Wan's, HunyuanVideo's, CogVideoX's or Qwen-Image's formula (HunyuanImage-2.1, ChronoEdit,
 EasyAnimate, Sana-Video, Qwen-Image-Layered, NucleusMoE-Image; configs, no download), one test
-over all of them: compat="original" leaves every output identical, the exact patch moves the
-outputs by float32 noise, the original checkpoint loads with strict=True, the report names the
-rotary module, and patching twice is a no-op; and what the stand-ins do not cover is said
-(AnyFlow FAR's pools of 8 rows, Qwen-Image 2.1's rows past 8191, the text length
+over all of them: compat="original" leaves every output identical (float32, bfloat16
+activations, a bfloat16 model, other sizes), the exact patch moves the outputs by float32 noise,
+the original checkpoint loads with strict=True, the report names the rotary module (and the
+Timesteps), and patching twice is a no-op (tests/contract.py); and what the stand-ins do not
+cover is said (AnyFlow FAR's pools of 8 rows, Qwen-Image 2.1's rows past 8191, the text length
 Qwen-Image-Layered's stand-in needs). Each family's own tests are in
 tests/families/test_<record>.py."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from tests.families.models import VIDEO_MODELS as MODELS
-from tests.families.models import _m, _out, _patched, _root
+from tests.families.models import _m, _patched, _root
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from posenc.errors import PosencError  # noqa: E402
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
 
+TIMESTEPS = {  # the Timesteps the patch replaces besides each family's rotary module
+    "hunyuan-image": ["time_guidance_embed.time_proj",
+                      "context_embedder.time_text_embed.time_proj"],
+    "chronoedit": ["condition_embedder.timesteps_proj"],
+    "easyanimate": ["time_proj"],
+    "sana-video": ["time_embed.emb.time_proj"],
+    "qwen-image-layered": ["time_text_embed.time_proj"],
+    "nucleusmoe-image": ["time_text_embed.time_proj"],
+}  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
 @pytest.mark.parametrize("family", sorted(MODELS))
 def test_compat_is_identical_and_exact_is_close(family):
     build, inputs_of, others, path, name = MODELS[family]
     torch.manual_seed(0)
     model, inputs = build().eval(), inputs_of()
-    before = _out(model, inputs)
-    compat = copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows[path].original == name
-    assert rows[path].mode == "compat"
-    assert torch.equal(_out(compat, inputs), before)
-    for other in others:  # other sizes, odd ones
-        assert torch.equal(_out(compat, inputs_of(other)), _out(model, inputs_of(other)))
 
-    exact = copy.deepcopy(model)
-    assert {r.path: r.mode for r in patch(exact).replaced}[path] == "exact"
-    torch.testing.assert_close(_out(exact, inputs), before, rtol=0, atol=1e-4)
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert not exact.state_dict().keys() - model.state_dict().keys()
-    assert len(patch(exact)) == 0
-    assert len(patch(compat, compat="original")) == 0
+    def outputs(m, dtype):
+        yield from forward(m, inputs, dtype)
+        for other in others:  # other sizes, odd ones
+            yield from forward(m, inputs_of(other), dtype)
+
+    def exact(original, patched):
+        want = forward(original, inputs, torch.float32)
+        torch.testing.assert_close(forward(patched, inputs, torch.float32), want, rtol=0, atol=1e-4)
+
+    paths = {path: name, **dict.fromkeys(TIMESTEPS[family], "Timesteps")}
+    check_patch_contract(model, paths, outputs, exact)
 
 
 def test_what_is_not_covered_is_said():

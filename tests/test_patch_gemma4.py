@@ -19,7 +19,8 @@ from tests.families.models import assert_rounded_once
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")
-from posenc.torch import RotaryEmbedding, patch  # noqa: E402
+from posenc.torch import RotaryEmbedding  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
@@ -47,25 +48,16 @@ def _text_out(model, ids):
 def test_text_compat_is_identical_and_exact_is_close():
     model = _text()
     ids = torch.randint(0, 128, (2, 37), generator=torch.Generator().manual_seed(1))
-    before = _text_out(model, ids)
-    compat = copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert (rows["rotary_emb"].original, rows["rotary_emb"].mode) == (
-        "Gemma4TextRotaryEmbedding", "compat")  # fmt: skip
-    assert "proportional" in rows["rotary_emb"].replacement
-    assert torch.equal(_text_out(compat, ids), before)
-    bf16, compat16 = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(compat)
-    compat16.to(torch.bfloat16)
-    assert torch.equal(_text_out(compat16, ids), _text_out(bf16, ids))
 
-    exact = copy.deepcopy(model)
-    assert {r.path: r.mode for r in patch(exact).replaced}["rotary_emb"] == "exact"
-    got = _text_out(exact, ids)
-    assert torch.isfinite(got).all()
-    torch.testing.assert_close(got, before, rtol=0, atol=1e-4)
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
-    assert len(patch(compat, compat="original")) == 0
+    def exact(original, patched):
+        got = _text_out(patched, ids)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, _text_out(original, ids), rtol=0, atol=1e-4)
+
+    contract = check_patch_contract(
+        model, {"rotary_emb": "Gemma4TextRotaryEmbedding"},
+        lambda m, dtype: forward(m, {"input_ids": ids}, dtype), exact)  # fmt: skip
+    assert "proportional" in contract.compat.replaced[0].replacement
 
 
 def test_text_tables_per_layer_type():

@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
@@ -41,66 +42,7 @@ RANGE_NOTE = {"qwen2-vl-vision": "128 x 128", "pixtral": "16 x 16", "dinov3": "8
 
 
 # ---------------------------------------------------------------------------------------------
-# (1) compat="original": nothing changes, float32 and bf16
-
-
-def _check_report(report, path, cls, mode, family):
-    assert [r.path for r in report.replaced] == [path] or family == "sam3-vit"
-    row = next(r for r in report if r.path == path)
-    assert (row.original, row.mode) == (cls, mode)
-    assert row.replacement.startswith("VisionRope(")
-    assert row.max_diff is not None
-    assert 0 < row.max_diff < 1e-4  # float32's error, no more
-    assert RANGE_NOTE[family] in row.note
-    for r in report.left_alone:  # only learned tables besides
-        assert r.note == "learned, left alone", r
-    for r in report.replaced:
-        assert r.original == cls
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_compat_leaves_outputs_unchanged(family):
-    model, path, cls, runs = build(family)
-    before = outputs(model, runs)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        before_autocast = outputs(model, runs)
-    report = patch(model, compat="original")
-    _check_report(report, path, cls, "compat", family)
-    assert type(get(model, path)).__name__ == "VisionRope"
-    assert type(get(model, path)).__module__.startswith("posenc.")
-    for a, b in zip(outputs(model, runs), before, strict=True):
-        assert torch.equal(a, b)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        for a, b in zip(outputs(model, runs), before_autocast, strict=True):
-            assert torch.equal(a, b)
-    # model.to(bfloat16): the original's inv_freq buffer is rounded; the stand-in repeats it
-    reference, _, _, _ = build(family)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Llama 4: casting its complex buffer to real
-        reference.to(torch.bfloat16)
-        model.to(torch.bfloat16)
-        want = outputs(reference, runs, torch.bfloat16)
-        got = outputs(model, runs, torch.bfloat16)
-    for a, b in zip(got, want, strict=True):
-        assert a.dtype == b.dtype
-        assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("family", ["qwen2-vl-vision", "pixtral", "dinov3", "sam2"])
-def test_compat_after_bf16_cast(family):
-    """A model already in bfloat16 when patched: its rounded inv_freq is repeated too."""
-    model, path, _, runs = build(family)
-    model.to(torch.bfloat16)
-    before = outputs(model, runs, torch.bfloat16)
-    report = patch(model, compat="original")
-    assert [r.path for r in report.replaced] == [path]
-    assert report.replaced[0].mode == "compat"
-    for a, b in zip(outputs(model, runs, torch.bfloat16), before, strict=True):
-        assert torch.equal(a, b)
-
-
-# ---------------------------------------------------------------------------------------------
-# (2) exact: close to the original, the tables within float32's half ulp of float64
+# (1) the float64 reference of the tables the stand-ins hand the model
 
 
 def _omega(base, n, denom):
@@ -146,34 +88,103 @@ def _within_half_ulp(got, ref):
     assert worst <= 0, worst
 
 
+# ---------------------------------------------------------------------------------------------
+# (2) the patch contract: compat identical, exact within float32's half ulp and close, the
+# state dict, patching twice
+
+
+def _check_report(report, path, cls, mode, family):
+    row = next(r for r in report if r.path == path)
+    assert (row.original, row.mode) == (cls, mode)
+    assert row.replacement.startswith("VisionRope(")
+    assert row.max_diff is not None
+    assert 0 < row.max_diff < 1e-4  # float32's error, no more
+    assert RANGE_NOTE[family] in row.note
+    for r in report.left_alone:  # only learned tables besides
+        assert r.note == "learned, left alone", r
+
+
+def _outputs(model, runs, dtype):
+    """The tower's outputs on ``runs`` as the contract compares them (``tests.contract.forward``
+    for positional inputs): bfloat16 under CPU autocast on a float32 model, the inputs cast on a
+    bfloat16 one."""
+    if dtype == torch.float32:
+        return outputs(model, runs)
+    if next(model.parameters()).dtype == torch.float32:
+        with torch.autocast("cpu", dtype=dtype):
+            return outputs(model, runs)
+    return outputs(model, runs, dtype)
+
+
+PATHS = {"qwen2-vl-vision": ["rotary_pos_emb"], "pixtral": ["patch_positional_embedding"],
+         "dinov3": ["rope_embeddings"], "sam2": ["attention.rotary_emb"],
+         "sam3-vit": ["layers.0.rotary_emb", "layers.1.rotary_emb"],
+         "llama4-vision": ["rotary_embedding"]}  # fmt: skip
+"""family: every module the patch replaces (all of the family's class)."""
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_exact_tables_and_outputs(family):
+def test_the_patch_contract(family):
+    """compat leaves the outputs identical; exact keeps them finite and close, its tables
+    within float32's half ulp of float64; the state dict; patching twice does nothing more."""
     model, path, cls, runs = build(family)
-    before = outputs(model, runs)
-    report = patch(model)
-    _check_report(report, path, cls, "exact", family)
-    stand_in = get(model, path)
-    seen = []
-    stand_in.register_forward_hook(lambda mod, args, out: seen.append((args, out)))
-    after = outputs(model, runs)
-    assert seen
-    for args, out in seen:
-        angles = reference(family, stand_in, args, out)
-        if family == "llama4-vision":
-            assert out.dtype == torch.complex64
-            cos, sin = out.real, out.imag
-        else:
-            cos, sin = out
-            assert cos.dtype == torch.float32
-        assert cos.shape == angles.shape
-        _within_half_ulp(cos, np.cos(angles))
-        _within_half_ulp(sin, np.sin(angles))
-    # the model's outputs move by float32's table error (< 1e-5 at these positions) carried
-    # through a few random layers: far below 1e-4, and nowhere near a wrong table's O(1)
-    for a, b in zip(after, before, strict=True):
-        assert torch.isfinite(a).all()
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))  # replaced
+
+    def exact(original, patched):
+        before = outputs(original, runs)
+        stand_in = get(patched, path)
+        assert type(stand_in).__name__ == "VisionRope"
+        assert type(stand_in).__module__.startswith("posenc.")
+        seen = []
+        hook = stand_in.register_forward_hook(lambda mod, args, out: seen.append((args, out)))
+        after = outputs(patched, runs)
+        hook.remove()
+        assert seen
+        for args, out in seen:
+            angles = reference(family, stand_in, args, out)
+            if family == "llama4-vision":
+                assert out.dtype == torch.complex64
+                cos, sin = out.real, out.imag
+            else:
+                cos, sin = out
+                assert cos.dtype == torch.float32
+            assert cos.shape == angles.shape
+            _within_half_ulp(cos, np.cos(angles))
+            _within_half_ulp(sin, np.sin(angles))
+        # the model's outputs move by float32's table error (< 1e-5 at these positions) carried
+        # through a few random layers: far below 1e-4, and nowhere near a wrong table's O(1)
+        for a, b in zip(after, before, strict=True):
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))  # replaced
+
+    with warnings.catch_warnings():  # Llama 4's .to(bfloat16): its complex buffer cast to real
+        warnings.filterwarnings("ignore", "Casting complex values to real", UserWarning)
+        paths = dict.fromkeys(PATHS[family], cls)
+        contract = check_patch_contract(model, paths, lambda m, d: _outputs(m, runs, d), exact)
+    _check_report(contract.compat, path, cls, "compat", family)
+    _check_report(contract.exact, path, cls, "exact", family)
+    assert not any(k.startswith(path + ".") for k in contract.model.state_dict())
+    again = patch(contract.model)  # the same mode: nothing to do (the other one switches)
+    assert not again.replaced
+    assert all(r.note == "learned, left alone" for r in again)  # SAM 3's learned table
+    assert len(again) == (1 if family == "sam3-vit" else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# (3) bf16: a model cast before patching, the exact patch's outputs
+
+
+@pytest.mark.parametrize("family", ["qwen2-vl-vision", "pixtral", "dinov3", "sam2"])
+def test_compat_after_bf16_cast(family):
+    """A model already in bfloat16 when patched: its rounded inv_freq is repeated too."""
+    model, path, _, runs = build(family)
+    model.to(torch.bfloat16)
+    before = outputs(model, runs, torch.bfloat16)
+    report = patch(model, compat="original")
+    assert [r.path for r in report.replaced] == [path]
+    assert report.replaced[0].mode == "compat"
+    for a, b in zip(outputs(model, runs, torch.bfloat16), before, strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("family", ["qwen2-vl-vision", "pixtral", "dinov3"])
@@ -195,20 +206,3 @@ def test_exact_bf16(family):
         assert a.dtype == torch.bfloat16
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a.float(), b.float(), rtol=0.05, atol=0.05)
-
-
-# ---------------------------------------------------------------------------------------------
-# (3) the state dict, patching twice
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_state_dict_and_patching_twice(family):
-    model, path, _, _ = build(family)
-    state = model.state_dict()
-    patch(model)
-    assert not any(k.startswith(path + ".") for k in model.state_dict())
-    model.load_state_dict(state, strict=True)
-    for again in (patch(model),):  # the same mode: nothing to do (the other one switches)
-        assert not again.replaced
-        assert all(r.note == "learned, left alone" for r in again)  # SAM 3's learned table
-        assert len(again) == (1 if family == "sam3-vit" else 0)

@@ -66,6 +66,54 @@ def test_a_fixed_buffer_is_reported_with_what_it_holds(name):
     assert not patch(model).replaced  # the exact patch leaves it too
 
 
+def test_lattes_frame_table_is_reported_with_what_it_holds():
+    """Latte's ``temp_pos_embed``, a fixed [1, frames, d] buffer its forward adds to the frame
+    tokens, was missing from the report: now listed with the sinusoid it holds."""
+    diffusers = pytest.importorskip("diffusers")
+    model = diffusers.LatteTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=4, num_layers=1,
+        sample_size=8, patch_size=2, cross_attention_dim=16, caption_channels=16, video_length=6,
+    )  # fmt: skip
+    saved = model.temp_pos_embed[0].double().numpy()
+    row = _row(patch(model, dry_run=True), "temp_pos_embed")
+    assert (row.original, row.mode) == ("buffer", None)
+    assert "LatteTransformer3DModel's fixed table (holds the marian sinusoid" in row.note, row.note
+    error = float(np.abs(saved - reference.marian(6, 16)).max())
+    assert _stated_error(row.note) == pytest.approx(error, rel=0.05, abs=1e-12)
+
+
+def _timm(name):
+    return pytest.importorskip("timm").create_model(name, num_classes=0)
+
+
+def _hiera_video():
+    Hiera = pytest.importorskip("timm.models.hiera").Hiera
+
+    return Hiera(img_size=(8, 32, 32), embed_dim=16, num_heads=1, stages=(1, 1, 1, 1),
+                 sep_pos_embed=True, patch_kernel=(3, 7, 7), patch_stride=(2, 4, 4),
+                 patch_padding=(1, 3, 3), q_stride=(1, 2, 2), mask_unit_size=(1, 2, 2),
+                 num_classes=0)  # fmt: skip
+
+
+TIMM_LEARNED = {  # name: (model, its learned tables)
+    "hiera": (lambda: _timm("hiera_tiny_224"), ["pos_embed"]),
+    "hiera-abswin": (lambda: _timm("hiera_small_abswin_256"), ["pos_embed", "pos_embed_win"]),
+    "hiera-video": (_hiera_video, ["pos_embed_spatial", "pos_embed_temporal"]),
+    "naflexvit": (lambda: _timm("naflexvit_base_patch16_gap"), ["embeds.pos_embed"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", TIMM_LEARNED)
+def test_timms_learned_tables_are_reported(name):
+    """Hiera's and NaFlexViT's learned tables were missing from the report (ViTs list
+    theirs): now each is a row, learned, left alone; Hiera's window and video tables too."""
+    make, paths = TIMM_LEARNED[name]
+    report = patch(make(), dry_run=True)
+    assert [r.path for r in report] == paths, str(report)
+    for row in report:
+        assert (row.original, row.mode, row.note) == ("Parameter", None, "learned, left alone")
+
+
 # ---------------------------------------------------------------------------------------------
 # learned tables that hold a sinusoid say which
 

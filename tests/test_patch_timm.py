@@ -8,8 +8,6 @@ table in it is refused, and patching twice is a no-op."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
@@ -21,6 +19,7 @@ timm = pytest.importorskip("timm")
 from timm.layers import build_sincos2d_pos_embed  # noqa: E402
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 
 def _vit(**kw):
@@ -95,49 +94,48 @@ def test_fixed_tables(kind, options):
     saved = _fix(model, build(h, w, 64))
     prefix = saved.shape[1] - h * w
     x = torch.randn(2, 3, *model.patch_embed.img_size)
-    before = _out(model, x)
 
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    assert [r.path for r in report.replaced] == ["pos_embed"]
-    assert not report.left_alone
-    assert preset in report[0].replacement
-    assert report[0].mode == "compat"
-    assert torch.equal(_out(compat, x), before)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch.equal(_out(compat, x), _out(model, x))
-    assert torch.equal(_out(copy.deepcopy(compat).to(torch.bfloat16), x.bfloat16()),
-                       _out(copy.deepcopy(model).to(torch.bfloat16), x.bfloat16()))  # fmt: skip
+    def exact(original, patched):
+        before = _out(original, x)
+        assert not patched.pos_embed.state_dict()
+        truth = _float64_table(h, w, 64, prefix, kind)
+        got = patched.pos_embed.table[0].double().numpy()
+        np.testing.assert_array_less(np.abs(got - truth), 6e-8 * np.abs(truth) + 1e-45)
+        original_error = np.abs(saved[0].double().numpy() - truth).max()
+        if float32_original:  # float32 bands and angles: off by more than a rounding
+            assert original_error > 1e-7
+            assert not torch.equal(_out(patched, x), before)
+        else:
+            assert torch.equal(_out(patched, x), before)
+        torch.testing.assert_close(_out(patched, x), before, rtol=0, atol=1e-5)
 
-    exact = copy.deepcopy(model)
-    report = patch(exact)
-    assert report[0].mode == "exact"
-    assert not exact.pos_embed.state_dict()
-    truth = _float64_table(h, w, 64, prefix, kind)
-    got = exact.pos_embed.table[0].double().numpy()
-    np.testing.assert_array_less(np.abs(got - truth), 6e-8 * np.abs(truth) + 1e-45)
-    original_error = np.abs(saved[0].double().numpy() - truth).max()
-    assert report[0].max_diff == pytest.approx(np.abs(saved[0].double().numpy() - got).max())
-    if float32_original:  # float32 bands and angles: off by more than a rounding
-        assert original_error > 1e-7
-        assert not torch.equal(_out(exact, x), before)
-    else:
-        assert torch.equal(_out(exact, x), before)
-    torch.testing.assert_close(_out(exact, x), before, rtol=0, atol=1e-5)
+    def outputs(m, dtype):
+        return forward(m, {"x": x}, dtype)
 
-    exact.load_state_dict(model.state_dict(), strict=True)  # the original checkpoint
-    assert not patch(exact)  # patched: nothing left to do
-    assert not patch(compat, compat="original")
+    contract = check_patch_contract(model, {"pos_embed": "Parameter"}, outputs, exact)
+    assert not contract.compat.left_alone
+    assert preset in contract.compat[0].replacement
+    got = contract.model.pos_embed.table[0].double().numpy()
+    assert contract.exact[0].max_diff == pytest.approx(
+        np.abs(saved[0].double().numpy() - got).max()
+    )
+    assert not patch(contract.model)  # patched: nothing left to do
 
 
 def test_bigger_images_through_dynamic_img_size():
     model = _vit(dynamic_img_size=True)
     _fix(model, build_sincos2d_pos_embed([8, 8], 64))
-    compat = copy.deepcopy(model)
-    patch(compat, compat="original")
-    for size in [(64, 64), (96, 48)]:  # timm resamples its table: the stand-in is read alike
-        x = torch.randn(1, 3, *size)
-        assert torch.equal(_out(compat, x), _out(model, x))
+    images = [torch.randn(1, 3, *size) for size in [(64, 64), (96, 48)]]
+
+    def outputs(m, dtype):  # timm resamples its table: the stand-in is read alike
+        for x in images:
+            yield from forward(m, {"x": x}, dtype)
+
+    def exact(original, patched):  # as test_fixed_tables at its own size
+        for x in images:
+            torch.testing.assert_close(_out(patched, x), _out(original, x), rtol=0, atol=1e-5)
+
+    check_patch_contract(model, {"pos_embed": "Parameter"}, outputs, exact)
 
 
 def test_learned_and_other_tables_are_left_alone():

@@ -10,8 +10,6 @@ tests/families/test_timm_mrope.py; Gemma 4: tests/families/test_gemma4_vision.py
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
@@ -29,6 +27,7 @@ timm = pytest.importorskip("timm")
 
 from posenc.torch import patch  # noqa: E402
 from posenc.torch._patching import LEARNED  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 
 def _naflex_batch(grids, p=16):
@@ -66,63 +65,45 @@ REFERENCES = {  # the tables of each model's rope at a grid
 # the models
 
 
+def _features_as(model, x, dtype):
+    return forward(model, x, dtype, method="forward_features")
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_compat_outputs_are_identical(name):
+def test_the_patch_contract(name):
+    """compat's outputs identical, the exact tables the float64 ones rounded once and the
+    outputs moved by float32 noise, the checkpoint loaded strictly, twice a no-op (for compat
+    too)."""
     model = _model(name)
-    compat = copy.deepcopy(model)
-    rows = _rows(patch(compat, compat="original"))
-    for path in MODELS[name][2]:
-        row = rows[path]
-        assert (row.original, row.mode) == (MODELS[name][3], "compat")
-        assert f"preset={MODELS[name][4]!r}" in row.replacement
-        assert type(_module(compat, path)).__name__ in ("TimmRotaryEmbedding",
-                                                         "TimmMRopeEmbedding")  # fmt: skip
-    for x in _images(name):
-        assert torch.equal(_features(compat, x), _features(model, x))
-    if name.startswith("naflex"):  # two grids in one batch: per-size tables, padded
-        batch = _naflex_batch([(9, 13), (12, 5)])
-        assert torch.equal(_features(compat, batch), _features(model, batch))
-
-
-@pytest.mark.parametrize("name", sorted(REFERENCES))
-def test_exact_tables_and_outputs(name):
-    model = _model(name)
-    exact = copy.deepcopy(model)
-    rows = _rows(patch(exact))
-    path = MODELS[name][2][0]
-    assert rows[path].mode == "exact"
-    rope, theirs = _module(exact, path), _module(model, path)
-    for grid in [(14, 14), (9, 13)]:
-        want = REFERENCES[name](grid)
-        table = rope.get_embed(shape=grid)
-        assert table.dtype == torch.float32
-        assert_exact(table, want)
-        assert np.abs(theirs.get_embed(shape=grid).double().numpy() - want).max() < 1e-5
+    paths = MODELS[name][2]
     inputs = _images(name)
-    if name.startswith("naflex"):
+    if name.startswith("naflex"):  # two grids in one batch: per-size tables, padded
         inputs.append(_naflex_batch([(9, 13), (12, 5)]))
-    for x in inputs:
-        before, after = _features(model, x), _features(exact, x)
-        assert torch.isfinite(after).all()
-        assert float((after - before).abs().max()) <= 1e-4 * float(before.abs().max())
 
+    def outputs(m, dtype):
+        for x in inputs:
+            yield from _features_as(m, x, dtype)
 
-@pytest.mark.parametrize("name", ["naflex-mrope", "sam"])
-@pytest.mark.parametrize("compat", [None, "original"])
-def test_checkpoint_loads_strictly_and_twice_is_a_no_op(name, compat):
-    model = _model(name)
-    saved = model.state_dict()
-    patched = copy.deepcopy(model)
-    patch(patched, compat=compat)
-    assert patched.state_dict().keys() == saved.keys()
-    assert not patched.load_state_dict(saved, strict=True).missing_keys
-    modules = [_module(patched, p) for p in MODELS[name][2]]
-    again = patch(patched, compat=compat)
-    assert not again.replaced
-    assert [_module(patched, p) for p in MODELS[name][2]] == modules
-    if compat is not None:
-        x = _images(name)[0]
-        assert torch.equal(_features(patched, x), _features(model, x))
+    def exact(original, patched):
+        if name in REFERENCES:
+            rope, theirs = _module(patched, paths[0]), _module(original, paths[0])
+            for grid in [(14, 14), (9, 13)]:
+                want = REFERENCES[name](grid)
+                table = rope.get_embed(shape=grid)
+                assert table.dtype == torch.float32
+                assert_exact(table, want)
+                assert np.abs(theirs.get_embed(shape=grid).double().numpy() - want).max() < 1e-5
+        for x in inputs:
+            before, after = _features(original, x), _features(patched, x)
+            assert torch.isfinite(after).all()
+            assert float((after - before).abs().max()) <= 1e-4 * float(before.abs().max())
+
+    contract = check_patch_contract(model, dict.fromkeys(paths, MODELS[name][3]), outputs, exact)
+    rows = _rows(contract.compat)
+    for path in paths:
+        assert f"preset={MODELS[name][4]!r}" in rows[path].replacement
+        assert type(_module(contract.model, path)).__name__ in ("TimmRotaryEmbedding",
+                                                                "TimmMRopeEmbedding")  # fmt: skip
 
 
 def test_naflex_mixed_is_left_alone():

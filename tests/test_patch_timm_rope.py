@@ -18,12 +18,12 @@ import pytest
 
 from tests.families.models import ROPE_VIT_FAMILIES as FAMILIES
 from tests.families.models import ROPE_VITS as MODELS
-from tests.families.models import _pairs, assert_exact
 from tests.families.models import _rope_vit_embed as _embed
 from tests.families.models import _rope_vit_features as _features
 from tests.families.models import _rope_vit_images as _images
 from tests.families.models import _rope_vit_model as _model
 from tests.families.models import _rope_vit_row as _row
+from tests.families.models import assert_exact
 from tests.reference import timm_axial_rope as reference
 
 torch = pytest.importorskip("torch")
@@ -32,6 +32,7 @@ timm = pytest.importorskip("timm")
 from posenc.torch import patch  # noqa: E402
 from posenc.torch._patching import LEARNED  # noqa: E402
 from posenc.torch._timm_rope import TimmRotaryEmbedding  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 # DINOv3's grids are 16 x 16 and 9 x 11: no centred coordinate is a multiple of 1/4, where the
 # float64 reference's sin(pi) = 1.2e-16 would stand for an exact 0 (14 x 14 has c = +-1/2)
@@ -43,114 +44,74 @@ def _grids(name):
 
 
 # ---------------------------------------------------------------------------------------------
-# compat="original": identical
+# the contract: compat identical, exact the float64 tables rounded once, checkpoints, twice
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_compat_leaves_outputs_and_tables_identical(name):
-    model = _model(name)
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    row = _row(report)
-    assert (row.original, row.mode) == (MODELS[name][4], "compat")
-    assert row.replacement.startswith("TimmRotaryEmbedding(")
-    assert f"preset={MODELS[name][5]!r}" in row.replacement
-    assert type(compat.rope) is TimmRotaryEmbedding
-    for x, grid in zip(_images(name), _grids(name), strict=True):
-        mine, theirs = _embed(compat.rope, grid), _embed(model.rope, grid)
-        assert mine.dtype == theirs.dtype == torch.float32
-        assert torch.equal(mine, theirs)
-        assert torch.equal(_features(compat, x), _features(model, x))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert torch.equal(_features(compat, x), _features(model, x))
-    low, low_compat = copy.deepcopy(model).bfloat16(), copy.deepcopy(compat).to(torch.bfloat16)
-    for x, grid in zip(_images(name, torch.bfloat16), _grids(name), strict=True):
-        mine, theirs = _embed(low_compat.rope, grid), _embed(low.rope, grid)
-        assert mine.dtype == theirs.dtype  # a kept table follows .to(); computed ones: float32
-        assert torch.equal(mine, theirs)
-        assert torch.equal(_features(low_compat, x), _features(low, x))
-
-
-# ---------------------------------------------------------------------------------------------
-# exact: the float64 tables rounded once
-
-
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_exact_tables_are_the_float64_ones_rounded_once(name):
+def test_the_patch_contract(name):
+    """compat leaves the outputs and the tables identical (float32, bf16 autocast, a bf16
+    model); the exact tables are the float64 ones rounded once (float32 and bf16) and the
+    outputs are finite and close; the checkpoint loads strictly; twice is a no-op."""
     family = FAMILIES[MODELS[name][5]]
     model = _model(name)
-    exact = copy.deepcopy(model)
-    row = _row(patch(exact))
-    assert row.mode == "exact"
-    low = copy.deepcopy(exact).to(torch.bfloat16)
-    largest = 0.0
-    for grid in _grids(name):
-        sin, cos = reference(grid, **family)
-        table = _embed(exact.rope, grid)
-        assert table.dtype == torch.float32
-        assert table.shape == (grid[0] * grid[1], 128)
-        assert_exact(table[:, :64], sin)
-        assert_exact(table[:, 64:], cos)
-        # the reference is the model's own convention: timm's float32 table is near it, and a
-        # table with the two axes' blocks swapped is not
-        theirs = _embed(model.rope, grid).double().numpy()
-        assert np.abs(theirs - np.concatenate([sin, cos], 1)).max() < 1e-5
-        swapped = reference(grid, **{**family, "columns_first": not family.get("columns_first")})
-        assert np.abs(theirs - np.concatenate(swapped, 1)).max() > 1e-2
-        largest = max(largest, float((table.double() - _embed(model.rope, grid)).abs().max()))
-        # a bf16 model: a kept table is rounded once from float64 to bf16
-        bf16 = _embed(low.rope, grid)
-        want = torch.from_numpy(np.concatenate([sin, cos], 1))
-        assert torch.equal(bf16, want.to(bf16.dtype))
-    if MODELS[name][1].get("dynamic_img_size") or MODELS[name][5] == "dinov3":
-        assert _embed(low.rope, _grids(name)[0]).dtype == torch.float32  # as timm's
+    assert not [k for k in model.state_dict() if k.startswith("rope.")]  # non-persistent
+    for grid in _grids(name):  # compat's: the same dtype (the contract)
+        assert _embed(model.rope, grid).dtype == torch.float32
+    largest = []
+
+    def outputs(m, dtype):
+        # on a bf16 model a kept table follows .to(); computed ones: float32
+        for x, grid in zip(_images(name), _grids(name), strict=True):
+            yield _embed(m.rope, grid)
+            yield from forward(m, x, dtype, method="forward_features")
+
+    def exact(original, patched):
+        low = copy.deepcopy(patched).to(torch.bfloat16)
+        for grid in _grids(name):
+            sin, cos = reference(grid, **family)
+            table = _embed(patched.rope, grid)
+            assert table.dtype == torch.float32
+            assert table.shape == (grid[0] * grid[1], 128)
+            assert_exact(table[:, :64], sin)
+            assert_exact(table[:, 64:], cos)
+            # the reference is the model's own convention: timm's float32 table is near it, and
+            # a table with the two axes' blocks swapped is not
+            theirs = _embed(original.rope, grid).double().numpy()
+            assert np.abs(theirs - np.concatenate([sin, cos], 1)).max() < 1e-5
+            swapped = reference(
+                grid, **{**family, "columns_first": not family.get("columns_first")}
+            )
+            assert np.abs(theirs - np.concatenate(swapped, 1)).max() > 1e-2
+            largest.append(float((table.double() - _embed(original.rope, grid)).abs().max()))
+            # a bf16 model: a kept table is rounded once from float64 to bf16
+            bf16 = _embed(low.rope, grid)
+            want = torch.from_numpy(np.concatenate([sin, cos], 1))
+            assert torch.equal(bf16, want.to(bf16.dtype))
+        if MODELS[name][1].get("dynamic_img_size") or MODELS[name][5] == "dinov3":
+            assert _embed(low.rope, _grids(name)[0]).dtype == torch.float32  # as timm's
+        for x in _images(name):
+            before, after = _features(original, x), _features(patched, x)
+            assert torch.isfinite(after).all()
+            # the tables move by under 1e-5 (above); one block turns that into a relative
+            # change of the features of the same order times its logit scale (O(1) at random
+            # init): 1e-4 of the largest feature leaves that margin, while a wrong table (blocks
+            # swapped, another offset) moves them by O(1)
+            assert float((after - before).abs().max()) <= 1e-4 * float(before.abs().max())
+
+    contract = check_patch_contract(model, {"rope": MODELS[name][4]}, outputs, exact)
+    row = _row(contract.compat)
+    assert row.replacement.startswith("TimmRotaryEmbedding(")
+    assert f"preset={MODELS[name][5]!r}" in row.replacement
+    assert type(contract.model.rope) is TimmRotaryEmbedding
     # the report's figure is the largest |timm - exact| over the grid it names; timm's float32
     # angles (positions up to 25, frequencies up to 2 pi) err by at most ~25 * 2 pi * 2^-24
+    row = _row(contract.exact)
     assert row.max_diff is not None
     assert row.max_diff < 1e-5
     assert f"{_grids(name)[0][0]} x {_grids(name)[0][1]}" in row.note
     if len(_grids(name)) == 1:
-        assert row.max_diff == pytest.approx(largest, rel=0, abs=0)
-
-
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_exact_outputs_are_finite_and_close(name):
-    model = _model(name)
-    exact = copy.deepcopy(model)
-    patch(exact)
-    for x in _images(name):
-        before, after = _features(model, x), _features(exact, x)
-        assert torch.isfinite(after).all()
-        # the tables move by under 1e-5 (the test above); one block turns that into a relative
-        # change of the features of the same order times its logit scale (O(1) at random init):
-        # 1e-4 of the largest feature leaves that margin, while a wrong table (blocks swapped,
-        # another offset) moves them by O(1)
-        assert float((after - before).abs().max()) <= 1e-4 * float(before.abs().max())
-
-
-# ---------------------------------------------------------------------------------------------
-# checkpoints, patching twice, resizing, casts
-
-
-@pytest.mark.parametrize("name", sorted(MODELS))
-@pytest.mark.parametrize("compat", [None, "original"])
-def test_checkpoint_loads_strictly_and_twice_is_a_no_op(name, compat):
-    model = _model(name)
-    saved = model.state_dict()
-    assert not [k for k in saved if k.startswith("rope.")]  # timm's buffers are non-persistent
-    patched = copy.deepcopy(model)
-    patch(patched, compat=compat)
-    assert patched.state_dict().keys() == saved.keys()
-    assert not patched.load_state_dict(saved, strict=True).missing_keys
-    rope = patched.rope
-    again = patch(patched, compat=compat)
-    assert not again.replaced
-    assert "rope" not in [r.path for r in again]
-    assert patched.rope is rope
-    x = _images(name)[0]
-    if compat is not None:
-        assert torch.equal(_features(patched, x), _features(model, x))
+        assert row.max_diff == pytest.approx(max(largest), rel=0, abs=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,26 +121,26 @@ def test_checkpoint_loads_strictly_and_twice_is_a_no_op(name, compat):
 @pytest.mark.parametrize("name", ["dinov3", "vit-rope-dynamic", "eva02-dynamic"])
 def test_module_calls_repeat_timm(name):
     model = _model(name)
-    compat = copy.deepcopy(model)
-    patch(compat, compat="original")
-    mine, theirs = compat.rope, model.rope
     shapes = [(9, 11), (16, 16), (5, 3)]
-    for got, want in _pairs(mine.get_batch_embeds(shapes), theirs.get_batch_embeds(shapes)):
-        assert torch.equal(got, want)
-    got, want = mine.get_batch_embeds(shapes, seq_len=300), theirs.get_batch_embeds(shapes, 300)
-    assert got.shape == (3, 300, 128)
-    assert torch.equal(got, want)
-    got, want = mine.get_embed((9, 11), torch.bfloat16), theirs.get_embed((9, 11), torch.bfloat16)
-    assert got.dtype == torch.bfloat16
-    assert torch.equal(got, want)
     torch.manual_seed(3)
     x = torch.randn(2, 64, 9, 11)
-    assert torch.equal(mine(x), theirs(x))
-    exact = copy.deepcopy(model)
-    patch(exact)
-    sin, cos = reference((9, 11), **FAMILIES[MODELS[name][5]])
-    want = torch.from_numpy(np.concatenate([sin, cos], 1)).to(torch.bfloat16)
-    assert torch.equal(exact.rope.get_embed((9, 11), dtype=torch.bfloat16), want)  # once
+
+    def outputs(m, dtype):
+        rope = m.rope
+        batch = rope.get_batch_embeds(shapes)
+        yield from batch if isinstance(batch, (tuple, list)) else [batch]
+        yield rope.get_batch_embeds(shapes, seq_len=300)
+        yield rope.get_embed((9, 11), torch.bfloat16)
+        yield rope(x.to(dtype))
+
+    def exact(original, patched):  # compat's: the same (the contract)
+        assert original.rope.get_batch_embeds(shapes, 300).shape == (3, 300, 128)
+        assert original.rope.get_embed((9, 11), torch.bfloat16).dtype == torch.bfloat16
+        sin, cos = reference((9, 11), **FAMILIES[MODELS[name][5]])
+        want = torch.from_numpy(np.concatenate([sin, cos], 1)).to(torch.bfloat16)
+        assert torch.equal(patched.rope.get_embed((9, 11), dtype=torch.bfloat16), want)  # once
+
+    check_patch_contract(model, {"rope": MODELS[name][4]}, outputs, exact)
 
 
 @pytest.mark.parametrize("compat", [None, "original"])

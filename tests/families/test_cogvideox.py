@@ -6,13 +6,12 @@ on EasyAnimate's rotary module, whose exact tables hold diffusers' own crop posi
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
 import posenc
 from tests import reference
+from tests.contract import check_patch_contract
 from tests.families.models import _m, _root, assert_exact
 from tests.families.models import assert_rounded_once as _exact
 from tests.reference import axial_rope
@@ -21,8 +20,6 @@ from tests.reference import numpy_crop as _numpy_crop
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from diffusers.models import embeddings  # noqa: E402
-
-from posenc.torch import patch  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -111,8 +108,6 @@ def test_easyanimate_crop_positions():
     """The grid is cropped into the 45 x 30 canvas at diffusers' own positions
     linspace(top, bottom * (n - 1) / n, n): the exact tables hold those positions."""
     module = _m("transformer_easyanimate").EasyAnimateRotaryPosEmbed(2, 64)
-    exact = _root(copy.deepcopy(module))
-    patch(exact)
     latents = torch.zeros(1, 4, 13, 64, 64)  # 13 frames of 512 x 512: 32 x 32 patches
     top, bottom, n = 0, 30, 32  # a square fitted into 30 rows, centred in 45 columns
     left, right = 8, 38
@@ -120,6 +115,11 @@ def test_easyanimate_crop_positions():
     cols = left + np.arange(n) * (right * (n - 1) / n - left) / (n - 1)
     want = reference.axial_rope((13, n, n), (16, 24, 24), 1e4, (0, 1, 2),
                                 [np.arange(13), rows, cols])  # fmt: skip
-    for got, old, w in zip(exact.rope(latents), module(latents), want, strict=True):
-        _exact(got, w)
-        assert np.abs(old.double().numpy() - w).max() < 1e-5
+
+    def exact(original, patched):
+        for got, old, w in zip(patched.rope(latents), original.rope(latents), want, strict=True):
+            _exact(got, w)
+            assert np.abs(old.double().numpy() - w).max() < 1e-5
+
+    check_patch_contract(_root(module), {"rope": "EasyAnimateRotaryPosEmbed"},
+                         lambda m, dtype: m.rope(latents.to(dtype)), exact)  # fmt: skip

@@ -7,19 +7,17 @@ once, the checkpoint loads with strict=True, patching twice is a no-op."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
 import posenc
-from tests.families.models import _out, assert_exact
+from tests.families.models import assert_exact
 from tests.reference import axial_rope
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from posenc.torch import patch  # noqa: E402
+from tests.contract import assert_outputs_close, check_patch_contract, forwards  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -72,19 +70,18 @@ def test_cogview4():
                 "target_size": torch.tensor([[64.0, 64.0]]),
                 "crop_coords": torch.tensor([[0.0, 0.0]])}  # fmt: skip
 
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["rope"].original == "CogView4RotaryPosEmbed"
-    patch(exact)
-    for h, w in [(4, 6), (5, 3)]:
-        x = inputs(h, w)
-        assert torch.equal(_out(compat, x), _out(model, x))
-        torch.testing.assert_close(_out(exact, x), _out(model, x), rtol=0, atol=1e-4)
-    cos, _ = exact.rope(torch.zeros(1, 4, 2 * 96, 2 * 160))
-    rows_, cols_ = np.arange(96) * 256 // 96, np.arange(160) * 256 // 160
-    grids = np.meshgrid(rows_, cols_, indexing="ij")
-    parts = [g.reshape(-1)[:, None] * 1e4 ** (-np.arange(0, 16, 2) / 16) for g in grids]
-    want = np.cos(np.concatenate(parts * 2, axis=1))
-    np.testing.assert_array_less(np.abs(cos.double().numpy() - want), 6e-8 * np.abs(want) + 1e-38)
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
+    calls = [inputs(h, w) for h, w in [(4, 6), (5, 3)]]
+
+    def exact(original, patched):
+        assert_outputs_close(original, patched, calls, atol=1e-4)
+        cos, _ = patched.rope(torch.zeros(1, 4, 2 * 96, 2 * 160))
+        rows_, cols_ = np.arange(96) * 256 // 96, np.arange(160) * 256 // 160
+        grids = np.meshgrid(rows_, cols_, indexing="ij")
+        parts = [g.reshape(-1)[:, None] * 1e4 ** (-np.arange(0, 16, 2) / 16) for g in grids]
+        want = np.cos(np.concatenate(parts * 2, axis=1))
+        np.testing.assert_array_less(np.abs(cos.double().numpy() - want),
+                                     6e-8 * np.abs(want) + 1e-38)  # fmt: skip
+
+    paths = {"rope": "CogView4RotaryPosEmbed", "time_condition_embed.time_proj": "Timesteps",
+             "time_condition_embed.condition_proj": "Timesteps"}  # fmt: skip
+    check_patch_contract(model, paths, forwards(calls), exact)

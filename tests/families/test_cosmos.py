@@ -7,19 +7,17 @@ tables rounded once."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
 import posenc
 from posenc.errors import PosencError
-from tests.families.models import _cosmos, _cosmos_inputs, _out, assert_exact
+from tests.families.models import _cosmos, _cosmos_inputs, assert_exact
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -75,25 +73,34 @@ def test_cosmos_bases_follow_the_blocks_given():
 # posenc.torch.patch on the models and their rotary modules
 
 
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
 def test_cosmos_images_and_videos_at_any_fps():
     model = _cosmos()
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    patch(compat, compat="original")
-    patch(exact)
-    for fps in (None, 24, 30, 12):  # an image (no fps), and videos
-        inputs = _cosmos_inputs((5, 6, 8), fps)
-        assert torch.equal(_out(compat, inputs), _out(model, inputs))
-        torch.testing.assert_close(_out(exact, inputs), _out(model, inputs), rtol=0, atol=1e-4)
-    latents = torch.zeros(1, 4, 32, 128, 128)  # the largest grid: 32 x 64 x 64 patches
-    d_t, d_h = 24 - 2 * (24 // 6 * 2), 24 // 6 * 2
-    bases = (1e4 * 2.0 ** (d_t / (d_t - 2)), 1e4 * 3.0 ** (d_h / (d_h - 2)),
-             1e4 * 3.0 ** (d_h / (d_h - 2)))  # fmt: skip
-    for fps in (None, 30):
-        got = exact.rope(latents, fps=fps)
-        step = 1.0 if fps is None else 24 / fps
-        grids = np.meshgrid(step * np.arange(32), np.arange(64), np.arange(64), indexing="ij")
-        parts = [g.reshape(-1)[:, None] * b ** (-np.arange(0, d, 2) / d)
-                 for g, b, d in zip(grids, bases, (d_t, d_h, d_h), strict=True)]  # fmt: skip
-        theta = np.concatenate(parts * 2, axis=1)
-        for g, w in zip(got, (np.cos(theta), np.sin(theta)), strict=True):
-            np.testing.assert_array_less(np.abs(g.double().numpy() - w), 6e-8 * np.abs(w) + 1e-38)
+    every = [_cosmos_inputs((5, 6, 8), fps) for fps in (None, 24, 30, 12)]  # an image, videos
+
+    def outputs(m, dtype):
+        for inputs in every:
+            yield from forward(m, inputs, dtype)
+
+    def exact(original, patched):
+        for inputs in every:
+            want = forward(original, inputs, torch.float32)
+            got = forward(patched, inputs, torch.float32)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+        latents = torch.zeros(1, 4, 32, 128, 128)  # the largest grid: 32 x 64 x 64 patches
+        d_t, d_h = 24 - 2 * (24 // 6 * 2), 24 // 6 * 2
+        bases = (1e4 * 2.0 ** (d_t / (d_t - 2)), 1e4 * 3.0 ** (d_h / (d_h - 2)),
+                 1e4 * 3.0 ** (d_h / (d_h - 2)))  # fmt: skip
+        for fps in (None, 30):
+            got = patched.rope(latents, fps=fps)
+            step = 1.0 if fps is None else 24 / fps
+            grids = np.meshgrid(step * np.arange(32), np.arange(64), np.arange(64), indexing="ij")
+            parts = [g.reshape(-1)[:, None] * b ** (-np.arange(0, d, 2) / d)
+                     for g, b, d in zip(grids, bases, (d_t, d_h, d_h), strict=True)]  # fmt: skip
+            theta = np.concatenate(parts * 2, axis=1)
+            for g, w in zip(got, (np.cos(theta), np.sin(theta)), strict=True):
+                err = np.abs(g.double().numpy() - w)
+                np.testing.assert_array_less(err, 6e-8 * np.abs(w) + 1e-38)
+
+    paths = {"rope": "CosmosRotaryPosEmbed", "time_embed.time_proj": "Timesteps"}
+    check_patch_contract(model, paths, outputs, exact)

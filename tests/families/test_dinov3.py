@@ -25,6 +25,7 @@ from timm.layers.pos_embed_sincos import (  # noqa: E402
 )
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_transformers")
 
@@ -85,22 +86,27 @@ def test_dinov3_defaults_are_the_centred_grid():
 def test_dinov3_training_draws_as_the_original():
     """In training mode DINOv3 draws a random rescale: the stand-in draws the same (compat:
     the same bits; exact: close), and leaves the generator where the original does."""
-    model, path, _, runs = build("dinov3")
+    model, path, cls, runs = build("dinov3")
     model.train()
-    torch.manual_seed(5)
-    before = outputs(model, runs)
-    after_rng = torch.rand(1)
-    patch(model, compat="original")
-    assert get(model, path).training
-    torch.manual_seed(5)
-    assert all(torch.equal(a, b) for a, b in zip(outputs(model, runs), before, strict=True))
-    assert torch.equal(torch.rand(1), after_rng)
-    model2, _, _, _ = build("dinov3")
-    model2.train()
-    patch(model2)
-    torch.manual_seed(5)
-    for a, b in zip(outputs(model2, runs), before, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+    def drawn(m, dtype):  # the outputs from seed 5, then the generator's next draw
+        assert get(m, path).training
+        torch.manual_seed(5)
+        if dtype == torch.float32:
+            got = outputs(m, runs)
+        elif next(m.parameters()).dtype == torch.float32:
+            with torch.autocast("cpu", dtype=dtype):
+                got = outputs(m, runs)
+        else:
+            got = outputs(m, runs, dtype)
+        return [*got, torch.rand(1)]
+
+    def exact(original, patched):
+        got, before = drawn(patched, torch.float32), drawn(original, torch.float32)
+        for a, b in zip(got[:-1], before[:-1], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+    check_patch_contract(model, {path: cls}, drawn, exact)
 
 
 def test_what_is_left_alone():

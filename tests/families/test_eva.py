@@ -21,7 +21,6 @@ from tests.families.models import (
     HEAD,
     _Holder,
     _module,
-    _pairs,
     _rows,
     _timm_form_features,
     _timm_form_images,
@@ -48,6 +47,7 @@ from timm.layers.pos_embed_sincos import (  # noqa: E402
 )
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # the tables: posenc.rope_grid and posenc.rope against the originals
@@ -226,6 +226,11 @@ def test_pixel_spacing_needs_blocks():
 # posenc.torch.patch on the models and their rotary modules
 
 
+def _flat(tables):
+    """A module's tables, a tensor or a ``(sin, cos)`` pair or a list, as a list of tensors."""
+    return list(tables) if isinstance(tables, (tuple, list)) else [tables]
+
+
 @pytest.mark.parametrize("compat", [None, "original"])
 def test_set_input_size_recomputes_the_kept_table(compat):
     model = _model("eva02")
@@ -274,24 +279,25 @@ def test_other_settings_pair_form_and_halves():
                "grid_indexing": "xy"}  # fmt: skip
     holder = _Holder(pair=RotaryEmbedding(64, feat_shape=[7, 9], **options),
                      halves=RotaryEmbeddingCat(64, in_pixels=False, rotate_half=True))  # fmt: skip
-    compat, exact = copy.deepcopy(holder), copy.deepcopy(holder)
-    rows = {r.path: r for r in patch(compat, compat="original")}
-    assert rows["pair"].mode == rows["halves"].mode == "compat"
-    assert rows["pair"].original == "RotaryEmbedding"
-    patch(exact)
-    for got, want in _pairs(compat.pair.get_embed(), holder.pair.get_embed()):
-        assert torch.equal(got, want)
-    for got, want in _pairs(compat.halves.get_embed((6, 10)), holder.halves.get_embed((6, 10))):
-        assert torch.equal(got, want)
-    sin, cos = exact.pair.get_embed()
-    want = reference((7, 9), base=1e4, ref=(12, 20), offset=2.0, columns_first=True)
-    assert np.abs(holder.pair.get_embed()[0].double().numpy() - want[0]).max() < 1e-5  # timm's
-    assert_exact(sin, want[0])
-    assert_exact(cos, want[1])
-    table = exact.halves.get_embed((6, 10))
-    sin, cos = reference((6, 10), base=1e4, halves=True)
-    assert_exact(table[:, :64], sin)
-    assert_exact(table[:, 64:], cos)
+
+    def outputs(m, dtype):
+        yield from _flat(m.pair.get_embed())
+        yield from _flat(m.halves.get_embed((6, 10)))
+
+    def exact(original, patched):
+        sin, cos = patched.pair.get_embed()
+        want = reference((7, 9), base=1e4, ref=(12, 20), offset=2.0, columns_first=True)
+        theirs = original.pair.get_embed()[0].double().numpy()
+        assert np.abs(theirs - want[0]).max() < 1e-5  # timm's
+        assert_exact(sin, want[0])
+        assert_exact(cos, want[1])
+        table = patched.halves.get_embed((6, 10))
+        sin, cos = reference((6, 10), base=1e4, halves=True)
+        assert_exact(table[:, :64], sin)
+        assert_exact(table[:, 64:], cos)
+
+    paths = {"pair": "RotaryEmbedding", "halves": "RotaryEmbeddingCat"}
+    check_patch_contract(holder, paths, outputs, exact)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -306,17 +312,18 @@ def test_an_eva_without_ref_feat_shape(dynamic):
                 dynamic_img_size=dynamic, **size).eval()  # fmt: skip
     assert model.rope.ref_feat_shape is None
     x = torch.randn(2, 3, 13 * 14, 21 * 14)
-    compat = copy.deepcopy(model)
-    row = _row(patch(compat, compat="original"))
-    assert row.mode == "compat"
-    assert "vit-rope" in row.replacement
-    assert torch.equal(_features(compat, x), _features(model, x))
-    exact = copy.deepcopy(model)
-    assert _row(patch(exact)).mode == "exact"
-    sin, cos = reference((13, 21), base=1e4)  # plain integers, rows first
-    table = _embed(exact.rope, [13, 21])
-    assert_exact(table[:, :64], sin)
-    assert_exact(table[:, 64:], cos)
+
+    def outputs(m, dtype):
+        return forward(m, x, dtype, method="forward_features")
+
+    def exact(original, patched):
+        sin, cos = reference((13, 21), base=1e4)  # plain integers, rows first
+        table = _embed(patched.rope, [13, 21])
+        assert_exact(table[:, :64], sin)
+        assert_exact(table[:, 64:], cos)
+
+    contract = check_patch_contract(model, {"rope": "RotaryEmbeddingCat"}, outputs, exact)
+    assert "vit-rope" in _row(contract.compat).replacement
 
 
 def pixel_embed_reference(grid, dim=64, max_res=224.0, linear=False):
@@ -355,37 +362,34 @@ def test_pixel_band_modules():
     """A kept ``RotaryEmbeddingCat(in_pixels=True)`` (log bands) and a per-call
     ``RotaryEmbedding`` with linear bands at max_res 384: compat repeats get_embed, forward
     and get_batch_embeds; exact holds the float64 tables rounded once."""
+    # per_call: timm's per-call pixel tables are not cut from one grid: each shape is its own
+    # linspace
     holder = _Holder(cat=RotaryEmbeddingCat(64, in_pixels=True, feat_shape=[14, 14]),
-                     pair=RotaryEmbedding(64, max_res=384, linear_bands=True))  # fmt: skip
-    compat, exact = copy.deepcopy(holder), copy.deepcopy(holder)
-    rows = _rows(patch(compat, compat="original"))
-    assert (rows["cat"].mode, rows["pair"].mode) == ("compat", "compat")
+                     pair=RotaryEmbedding(64, max_res=384, linear_bands=True),
+                     per_call=RotaryEmbeddingCat(64, in_pixels=True))  # fmt: skip
+    torch.manual_seed(3)
+    x9, x14 = torch.randn(2, 64, 9, 13), torch.randn(2, 64, 14, 14)
+
+    def outputs(m, dtype):
+        yield m.cat.get_embed()
+        for shape in [(14, 14), (9, 13), (1, 6)]:
+            yield from _flat(m.pair.get_embed(shape))
+        yield from _flat(m.pair(x9.to(dtype)))
+        yield from _flat(m.cat(x14.to(dtype)))
+        yield from _flat(m.per_call.get_batch_embeds([(9, 13), (4, 4)]))
+
+    def exact(original, patched):
+        sin, cos = pixel_embed_reference((14, 14))
+        assert_rounded_once(patched.cat.get_embed(), np.concatenate([sin, cos], 1))
+        want = pixel_embed_reference((9, 13), max_res=384.0, linear=True)
+        for got, w in zip(patched.pair.get_embed((9, 13)), want, strict=True):
+            assert_rounded_once(got, w)
+
+    paths = {"cat": "RotaryEmbeddingCat", "pair": "RotaryEmbedding",
+             "per_call": "RotaryEmbeddingCat"}  # fmt: skip
+    rows = _rows(check_patch_contract(holder, paths, outputs, exact).compat)
     assert "preset='timm-pixel'" in rows["cat"].replacement
     assert "preset='timm-pixel-linear'" in rows["pair"].replacement
-    assert torch.equal(compat.cat.get_embed(), holder.cat.get_embed())
-    for shape in [(14, 14), (9, 13), (1, 6)]:
-        for got, want in zip(compat.pair.get_embed(shape), holder.pair.get_embed(shape),
-                             strict=True):  # fmt: skip
-            assert torch.equal(got, want)
-    torch.manual_seed(3)
-    x = torch.randn(2, 64, 9, 13)
-    assert torch.equal(compat.pair(x), holder.pair(x))
-    x = torch.randn(2, 64, 14, 14)
-    assert torch.equal(compat.cat(x), holder.cat(x))
-    patch(exact)
-    sin, cos = pixel_embed_reference((14, 14))
-    assert_rounded_once(exact.cat.get_embed(), np.concatenate([sin, cos], 1))
-    want = pixel_embed_reference((9, 13), max_res=384.0, linear=True)
-    for got, w in zip(exact.pair.get_embed((9, 13)), want, strict=True):
-        assert_rounded_once(got, w)
-    # timm's per-call pixel tables are not cut from one grid: each shape is its own linspace
-    batch = _Holder(cat=RotaryEmbeddingCat(64, in_pixels=True))
-    mine = copy.deepcopy(batch)
-    patch(mine, compat="original")
-    shapes = [(9, 13), (4, 4)]
-    for got, want in zip(mine.cat.get_batch_embeds(shapes), batch.cat.get_batch_embeds(shapes),
-                         strict=True):  # fmt: skip
-        assert torch.equal(got, want)
 
 
 def test_pixel_modules_left_alone_where_timm_differs():

@@ -9,8 +9,6 @@ with strict=True, patching twice is a no-op."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
@@ -32,6 +30,7 @@ from diffusers.models.transformers import (  # noqa: E402
 
 from posenc.compat import diffusers_ids  # noqa: E402
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -235,19 +234,23 @@ def test_flux_axial_rope(cls):
     axes = [16, 56, 56]
     holder = torch.nn.ModuleDict({"pos_embed": module(theta=10000, axes_dim=axes)})
     ids = torch.cat([torch.zeros(7, 3), torch.randint(0, 4096, (500, 3)).float()])
-    before = holder.pos_embed(ids)
-    compat, exact = copy.deepcopy(holder), copy.deepcopy(holder)
-    (row,) = patch(compat, compat="original")
-    assert (row.path, row.original, row.mode) == ("pos_embed", name, "compat")
-    (row,) = patch(exact)
-    assert row.mode == "exact"
+
+    def outputs(m, dtype):
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            return m.pos_embed(ids)
+
+    def exact(original, patched):
+        want = _flux64(ids.double().numpy(), 10000, axes)
+        for b, c, w in zip(patched.pos_embed(ids), original.pos_embed(ids), want, strict=True):
+            assert b.dtype == c.dtype == torch.float32
+            assert _err(b, w) <= 2**-24
+        cos = patched.pos_embed(ids)[0]
+        assert torch.equal(cos[:, 0], cos[:, 1])  # pairs
+
+    done = check_patch_contract(holder, {"pos_embed": name}, outputs, exact)
+    assert len(done.compat) == 1
+    (row,) = done.exact
     assert row.max_diff < 2**-23  # diffusers computes in float64: its tables are exact
-    want = _flux64(ids.double().numpy(), 10000, axes)
-    for a, b, c, w in zip(compat.pos_embed(ids), exact.pos_embed(ids), before, want, strict=True):
-        assert torch.equal(a, c)
-        assert a.dtype == b.dtype == torch.float32
-        assert _err(b, w) <= 2**-24
-    assert torch.equal(exact.pos_embed(ids)[0][:, 0], exact.pos_embed(ids)[0][:, 1])  # pairs
 
 
 def _ids(h, w, text=0):
@@ -331,58 +334,41 @@ def _bria_inputs(h, w, fibo=False):
     return out
 
 
-MODELS = {  # build, inputs of a patch grid (h, w), the rotary module's path and class
-    "hidream": (_hidream, _hidream_inputs, "pe_embedder", "HiDreamImageEmbedND"),
-    "prx": (_prx, _prx_inputs, "pe_embedder", "PRXEmbedND"),
-    "ernie-image": (_ernie, _ernie_inputs, "pos_embed", "ErnieImageEmbedND3"),
-    "krea2": (_krea2, _krea2_inputs, "rotary_emb", "Krea2RotaryPosEmbed"),
-    "bria": (_bria(diffusers.BriaTransformer2DModel), _bria_inputs, "pos_embed", "BriaEmbedND"),
+TIME = {"t_embedder.time_proj": "Timesteps"}  # HiDream's timestep sinusoid
+
+MODELS = {  # build, inputs of a patch grid (h, w), every module patch replaces: its class
+    "hidream": (_hidream, _hidream_inputs, {"pe_embedder": "HiDreamImageEmbedND", **TIME}),
+    "prx": (_prx, _prx_inputs, {"pe_embedder": "PRXEmbedND"}),
+    "ernie-image": (_ernie, _ernie_inputs,
+                    {"pos_embed": "ErnieImageEmbedND3", "time_proj": "Timesteps"}),
+    "krea2": (_krea2, _krea2_inputs, {"rotary_emb": "Krea2RotaryPosEmbed"}),
+    "bria": (_bria(diffusers.BriaTransformer2DModel), _bria_inputs, {"pos_embed": "BriaEmbedND"}),
     "bria-fibo": (_bria(diffusers.BriaFiboTransformer2DModel, text_encoder_dim=16),
-                  lambda h, w: _bria_inputs(h, w, fibo=True), "pos_embed", "BriaFiboEmbedND"),
+                  lambda h, w: _bria_inputs(h, w, fibo=True), {"pos_embed": "BriaFiboEmbedND"}),
 }  # fmt: skip
-
-
-def _out(model, inputs, dtype=None):
-    with torch.no_grad():
-        if dtype is not None:
-            inputs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                      and not k.endswith("ids") else v for k, v in inputs.items()}  # fmt: skip
-        return model(**inputs, return_dict=False)[0]
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
 @pytest.mark.filterwarnings("ignore:In CPU autocast")
 @pytest.mark.parametrize("family", sorted(MODELS))
 def test_compat_is_identical_and_exact_is_close(family):
-    build, inputs_of, path, name = MODELS[family]
+    build, inputs_of, paths = MODELS[family]
     torch.manual_seed(0)
     model = build().eval()
     torch.manual_seed(1)
     inputs = inputs_of(4, 6)  # a non-square grid (HiDream pads its ids)
-    before = _out(model, inputs)
-    compat = copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    rows = {r.path: r for r in report.replaced}
-    assert (rows[path].original, rows[path].mode) == (name, "compat")
-    assert torch.equal(_out(compat, inputs), before)
     other = inputs_of(3, 3)  # another grid
-    assert torch.equal(_out(compat, other), _out(model, other))
-    if family in ("prx", "ernie-image", "bria"):  # the lighter ones: autocast, bf16 weights
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert torch.equal(_out(compat, inputs), _out(model, inputs))
-        bf16, compat16 = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(compat)
-        compat16.to(torch.bfloat16)
-        assert torch.equal(_out(compat16, inputs, torch.bfloat16),
-                           _out(bf16, inputs, torch.bfloat16))  # fmt: skip
 
-    exact = copy.deepcopy(model)
-    report = patch(exact)
-    assert {r.path: r.mode for r in report.replaced}[path] == "exact"
-    torch.testing.assert_close(_out(exact, inputs), before, rtol=0, atol=1e-4)
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert not exact.state_dict().keys() - model.state_dict().keys()
-    assert len(patch(exact)) == 0
-    assert len(patch(compat, compat="original")) == 0
+    def outputs(m, dtype):
+        for x in (inputs, other):
+            yield from forward(m, x, dtype)
+
+    def exact(original, patched):
+        before = forward(original, inputs, torch.float32)
+        for got, want in zip(forward(patched, inputs, torch.float32), before, strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+
+    check_patch_contract(model, paths, outputs, exact)
 
 
 def _angles64(ids, theta, axes):

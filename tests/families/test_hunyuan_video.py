@@ -7,15 +7,13 @@ on the transformer and the rotary modules: the exact tables are the float64 ones
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
 import posenc
 from posenc.errors import PosencError
 from tests import reference
-from tests.families.models import _hunyuan, _m, _patched, _root, assert_exact
+from tests.families.models import _hunyuan, _m, _root, assert_exact
 from tests.families.models import assert_rounded_once as _exact
 from tests.reference import axial_rope
 
@@ -27,6 +25,7 @@ from diffusers.models.transformers.transformer_hunyuanimage import (  # noqa: E4
 )
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -166,32 +165,40 @@ def test_hunyuan_image_exact_at_2048():
 def test_framepack_frames_at_their_indices():
     framepack = _m("transformer_hunyuan_video_framepack")
     original = framepack.HunyuanVideoFramepackRotaryPosEmbed(2, 1, (16, 56, 56))
-    compat, exact = _root(copy.deepcopy(original)), _root(copy.deepcopy(original))
-    (row,) = patch(compat, compat="original")
-    assert (row.original, row.mode) == ("HunyuanVideoFramepackRotaryPosEmbed", "compat")
-    patch(exact)
     calls = [(torch.tensor([0, 1, 2, 3, 20, 21]), 18, 30), (torch.arange(5) * 4, 12, 7),
              (torch.tensor([36]), 90, 160)]  # fmt: skip
-    for frames, h, w in calls:
-        args = (frames, h, w, torch.device("cpu"))
-        want = reference.axial_rope((len(frames), h // 2, w // 2), (16, 56, 56), 256.0,
-                                    (0, 1, 2), [frames.numpy(), np.arange(h // 2),
-                                                np.arange(w // 2)])  # fmt: skip
-        for a, b, got, w64 in zip(compat.rope(*args), original(*args), exact.rope(*args), want,
-                                  strict=True):  # fmt: skip
-            assert torch.equal(a, b)
-            _exact(got, w64)
-    assert len(patch(exact)) == 0
+
+    def outputs(m, dtype):  # frame indices and sizes: no activations to cast
+        for frames, h, w in calls:
+            yield from m.rope(frames, h, w, torch.device("cpu"))
+
+    def exact(theirs, patched):
+        for frames, h, w in calls:
+            want = reference.axial_rope((len(frames), h // 2, w // 2), (16, 56, 56), 256.0,
+                                        (0, 1, 2), [frames.numpy(), np.arange(h // 2),
+                                                    np.arange(w // 2)])  # fmt: skip
+            got = patched.rope(frames, h, w, torch.device("cpu"))
+            for g, w64 in zip(got, want, strict=True):
+                _exact(g, w64)
+
+    paths = {"rope": "HunyuanVideoFramepackRotaryPosEmbed"}
+    check_patch_contract(_root(original), paths, outputs, exact)
 
 
 def test_motif_video_float64_frequencies():
     module = _m("transformer_motif_video").MotifVideoRotaryPosEmbed(2, 1, (16, 56, 56))
-    compat, exact = _patched(module, "original"), _patched(module, None)
-    for size in [(5, 18, 22), (33, 90, 160)]:  # odd, and 720p at 129 frames
-        x = torch.zeros(1, 1, *size)
-        dims = (size[0], size[1] // 2, size[2] // 2)
-        want = reference.axial_rope(dims, (16, 56, 56), 256.0, (0, 1, 2),
-                                    [np.arange(n) for n in dims])  # fmt: skip
-        for a, b, got, w in zip(compat(x), module(x), exact(x), want, strict=True):
-            assert torch.equal(a, b)
-            _exact(got, w)
+    sizes = [(5, 18, 22), (33, 90, 160)]  # odd, and 720p at 129 frames
+
+    def outputs(m, dtype):
+        for size in sizes:
+            yield from m.rope(torch.zeros(1, 1, *size, dtype=dtype))
+
+    def exact(original, patched):
+        for size in sizes:
+            dims = (size[0], size[1] // 2, size[2] // 2)
+            want = reference.axial_rope(dims, (16, 56, 56), 256.0, (0, 1, 2),
+                                        [np.arange(n) for n in dims])  # fmt: skip
+            for got, w in zip(patched.rope(torch.zeros(1, 1, *size)), want, strict=True):
+                _exact(got, w)
+
+    check_patch_contract(_root(module), {"rope": "MotifVideoRotaryPosEmbed"}, outputs, exact)

@@ -33,6 +33,7 @@ from diffusers.models.transformers.transformer_kandinsky6 import (  # noqa: E402
 from diffusers.models.transformers.transformer_kandinsky6_sr import Kandinsky6SRRoPE3D  # noqa: E402
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -216,31 +217,28 @@ def _bf16(model):
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # its own norms
 def test_kandinsky5_compat_is_identical_and_exact_is_close():
-    model = _kandinsky5()
-    before = _out(model, _inputs())
-    compat = copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["text_rope_embeddings"].original == "Kandinsky5RoPE1D"
-    assert rows["visual_rope_embeddings"].original == "Kandinsky5RoPE3D"
-    assert {r.mode for r in rows.values()} == {"compat"}
-    assert rows["text_rope_embeddings"].max_diff > 1e-5  # float32 angles at row 1023
-    assert torch.equal(_out(compat, _inputs()), before)
-    for size, scale, text in [((1, 7, 3), (1, 3.16, 3.16), 9), ((5, 2, 9), (1, 2, 2), 1)]:
-        x = _inputs(size, scale, text)
-        assert torch.equal(_out(compat, x), _out(model, x))
-    bf16, compat16 = _bf16(copy.deepcopy(model)), _bf16(copy.deepcopy(compat))
-    x = _inputs(dtype=torch.bfloat16)
-    assert torch.equal(_out(compat16, x), _out(bf16, x))
+    sizes = [((3, 4, 6), (1, 2, 2), 5), ((1, 7, 3), (1, 3.16, 3.16), 9), ((5, 2, 9), (1, 2, 2), 1)]
 
-    exact = copy.deepcopy(model)
-    assert {r.path: r.mode for r in patch(exact).replaced}["visual_rope_embeddings"] == "exact"
-    out = _out(exact, _inputs())
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out, before, rtol=0, atol=5e-2)  # q, k rounded to bfloat16
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert not exact.state_dict().keys() - model.state_dict().keys()
-    assert len(patch(exact)) == 0
-    assert len(patch(compat, compat="original")) == 0
+    def outputs(m, dtype):
+        if next(m.parameters()).dtype == torch.bfloat16:  # cast with .to(), it does not run:
+            m = _bf16(copy.deepcopy(m))  # its float32 modules back, as from_pretrained keeps them
+            return [_out(m, _inputs(*x, dtype=dtype)) for x in sizes]
+        out = [t for x in sizes for t in forward(m, _inputs(*x), dtype)]
+        if dtype == torch.bfloat16:  # and in bfloat16 as from_pretrained loads it
+            out.append(_out(_bf16(copy.deepcopy(m)), _inputs(dtype=dtype)))
+        return out
+
+    def exact(original, patched):
+        out = _out(patched, _inputs())
+        assert torch.isfinite(out).all()
+        want = _out(original, _inputs())
+        torch.testing.assert_close(out, want, rtol=0, atol=5e-2)  # q, k rounded to bfloat16
+
+    paths = {"text_rope_embeddings": "Kandinsky5RoPE1D",
+             "visual_rope_embeddings": "Kandinsky5RoPE3D"}  # fmt: skip
+    contract = check_patch_contract(_kandinsky5(), paths, outputs, exact)
+    rows = {r.path: r for r in contract.compat.replaced}
+    assert rows["text_rope_embeddings"].max_diff > 1e-5  # float32 angles at row 1023
 
 
 def test_kandinsky5_exact_tables_are_the_float64_ones_rounded_once():
@@ -286,34 +284,33 @@ class _Kandinsky6Rotary(torch.nn.Module):
 
 
 def test_kandinsky6_modules_compat_is_identical_and_exact_is_close():
-    root = _Kandinsky6Rotary().eval()
-    compat, exact = copy.deepcopy(root), copy.deepcopy(root)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["visual_rope_embeddings"].original == "Kandinsky6RoPE3D"
-    assert rows["sr_rope"].original == "Kandinsky6SRRoPE3D"
-    assert rows["audio_rope_embeddings"].original == "Kandinsky6RoPE1D"
-    assert "preset='kandinsky6'" in rows["audio_rope_embeddings"].replacement
-    assert "freqs_scaling=0.37" in rows["audio_rope_embeddings"].replacement
-    assert len(rows) == 4
-    assert {r.mode for r in rows.values()} == {"compat"}
-    patch(exact)
-    with torch.no_grad():
-        for size, scale, text in [((3, 5, 4), (1.0, 2.0, 2.0), 4), ((1, 9, 2), (1, 3.16, 3.16), 1)]:
-            want = root(size, scale, text)
-            assert all(
-                torch.equal(a, b) for a, b in zip(compat(size, scale, text), want, strict=True)
-            )
-            for a, b in zip(exact(size, scale, text), want, strict=True):
-                torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
-        bf16, compat16 = copy.deepcopy(root).to(torch.bfloat16), copy.deepcopy(compat)
-        compat16.to(torch.bfloat16)  # the buffers of the original turn bfloat16 too
-        for a, b in zip(compat16((2, 3, 4), (1, 2, 2), 3), bf16((2, 3, 4), (1, 2, 2), 3),
-                        strict=True):  # fmt: skip
-            assert a.dtype == torch.bfloat16
-            assert torch.equal(a, b)
-    audio = exact.audio_rope_embeddings(torch.arange(2048))  # the scaled frequencies
-    theta = np.arange(2048)[:, None] * np.exp(-np.log(1e4) * np.arange(32) / 32) * 0.37
-    got = audio[:, 0, :, 1, 0].double().numpy()
-    np.testing.assert_array_less(np.abs(got - np.sin(theta)), 6e-8 * np.abs(np.sin(theta)) + 1e-38)
-    exact.load_state_dict(root.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
+    sizes = [((3, 5, 4), (1.0, 2.0, 2.0), 4), ((1, 9, 2), (1, 3.16, 3.16), 1),
+             ((2, 3, 4), (1, 2, 2), 3)]  # fmt: skip
+
+    def outputs(m, dtype):
+        calls = [{"size": size, "scale": scale, "text": text} for size, scale, text in sizes]
+        out = [t for x in calls for t in forward(m, x, dtype)]
+        if m.proj.weight.dtype == torch.bfloat16:  # the buffers of the original turn bfloat16 too
+            assert all(t.dtype == torch.bfloat16 for t in out)
+        return out
+
+    def exact(original, patched):
+        with torch.no_grad():
+            for size, scale, text in sizes[:2]:
+                want = original(size, scale, text)
+                for a, b in zip(patched(size, scale, text), want, strict=True):
+                    torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+        audio = patched.audio_rope_embeddings(torch.arange(2048))  # the scaled frequencies
+        theta = np.arange(2048)[:, None] * np.exp(-np.log(1e4) * np.arange(32) / 32) * 0.37
+        got = audio[:, 0, :, 1, 0].double().numpy()
+        np.testing.assert_array_less(np.abs(got - np.sin(theta)),
+                                     6e-8 * np.abs(np.sin(theta)) + 1e-38)  # fmt: skip
+
+    paths = {"video_text_rope_embeddings": "Kandinsky6RoPE1D",
+             "audio_rope_embeddings": "Kandinsky6RoPE1D",
+             "visual_rope_embeddings": "Kandinsky6RoPE3D",
+             "sr_rope": "Kandinsky6SRRoPE3D"}  # fmt: skip
+    contract = check_patch_contract(_Kandinsky6Rotary().eval(), paths, outputs, exact)
+    audio = {r.path: r for r in contract.compat.replaced}["audio_rope_embeddings"]
+    assert "preset='kandinsky6'" in audio.replacement
+    assert "freqs_scaling=0.37" in audio.replacement

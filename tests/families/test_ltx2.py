@@ -26,6 +26,7 @@ from diffusers.models.transformers import (  # noqa: E402
 
 from posenc.torch import patch  # noqa: E402
 from posenc.torch._ltx2_rope import LTX2Rope  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -204,31 +205,38 @@ def _out(model, x):
     return torch.cat([out.sample.flatten(), out.audio_sample.flatten()])
 
 
+TIME_PROJS = ("time_embed", "audio_time_embed", "av_cross_attn_video_scale_shift",
+              "av_cross_attn_audio_scale_shift", "av_cross_attn_video_a2v_gate",
+              "av_cross_attn_audio_v2a_gate")  # fmt: skip
+PATHS = {**dict.fromkeys(ROPES, "LTX2AudioVideoRotaryPosEmbed"),
+         **{f"{name}.emb.time_proj": "Timesteps" for name in TIME_PROJS}}  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # under autocast
 @pytest.mark.parametrize(("rope_type", "double_precision"),
                          [("interleaved", True), ("split", True), ("split", False)])  # fmt: skip
 def test_ltx2(rope_type, double_precision):
     model = _model(rope_type, double_precision)
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
+    coords = model.rope.prepare_video_coords(1, 2, 3, 2, "cpu", fps=25.0)
+    inputs = (_inputs(), _inputs((2, 3, 2), 5, video_coords=coords))
+
+    def outputs(m, dtype):
+        return [t for x in inputs for t in forward(m, x, dtype)]
+
+    def exact(original, patched):
+        for x in inputs:
+            got = _out(patched, x)
+            assert torch.isfinite(got).all()
+            # the original's tables are about 1e-3 off: the outputs move by that much, far from
+            # a wrong table's O(1)
+            torch.testing.assert_close(got, _out(original, x), rtol=0, atol=5e-2)
+        for name in ROPES:
+            assert type(getattr(patched, name)).__name__ == "LTX2Rope"
+
+    contract = check_patch_contract(model, PATHS, outputs, exact)
+    rows = {r.path: r for r in contract.compat.replaced}
     for name in ROPES:
-        assert rows[name].original == "LTX2AudioVideoRotaryPosEmbed"
-        assert rows[name].mode == "compat"
         assert 1e-4 < rows[name].max_diff < 1e-2  # float32 angles up to pi / 2 * 1e4
-    patch(exact)
-    f, h, w = 2, 3, 2
-    coords = model.rope.prepare_video_coords(1, f, h, w, "cpu", fps=25.0)
-    for x in (_inputs(), _inputs((2, 3, 2), 5, video_coords=coords)):
-        assert torch.equal(_out(compat, x), _out(model, x))
-        got = _out(exact, x)
-        assert torch.isfinite(got).all()
-        # the original's tables are about 1e-3 off: the outputs move by that much, far from a
-        # wrong table's O(1)
-        torch.testing.assert_close(got, _out(model, x), rtol=0, atol=5e-2)
-    for name in ROPES:
-        assert type(getattr(exact, name)).__name__ == "LTX2Rope"
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
-    assert len(patch(compat, compat="original")) == 0
 
 
 def test_ltx2_exact_tables():
@@ -266,17 +274,16 @@ def test_sana_wm_copy_in_a_tiny_root():
         def forward(self, n):
             return self.rope(self.rope.prepare_video_coords(1, n, 3, 2, "cpu"))
 
-    root = Root()
-    compat = copy.deepcopy(root)
-    report = patch(compat, compat="original")
-    assert [r.original for r in report.replaced] == ["SanaWMLTX2AudioVideoRotaryPosEmbed"]
-    for n in (1, 4):
-        assert all(torch.equal(a, b) for a, b in zip(compat(n), root(n), strict=True))
-    exact = copy.deepcopy(root)
-    patch(exact)
-    got = exact(4)
-    assert all(torch.isfinite(g).all() for g in got)
-    assert max(float((a - b).abs().max()) for a, b in zip(got, root(4), strict=True)) < 1e-2
+    def outputs(m, dtype):  # no tensors of its own: bfloat16 is autocast
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            return [t for n in (1, 4) for t in m(n)]
+
+    def exact(original, patched):
+        got = patched(4)
+        assert all(torch.isfinite(g).all() for g in got)
+        assert max(float((a - b).abs().max()) for a, b in zip(got, original(4), strict=True)) < 1e-2
+
+    check_patch_contract(Root(), {"rope": "SanaWMLTX2AudioVideoRotaryPosEmbed"}, outputs, exact)
 
 
 def test_ltx2_module_is_named_in_a_dry_run():

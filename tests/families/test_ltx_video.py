@@ -6,8 +6,6 @@ original's float32 error only, the checkpoint loads with strict=True, patching t
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
@@ -19,7 +17,7 @@ from tests.reference import ltx_rope
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -67,6 +65,7 @@ def test_ltx_video_float32_only(float32_only):
 # posenc.torch.patch on the models and their rotary modules
 
 
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
 def test_ltx_video_model():
     torch.manual_seed(0)
     model = diffusers.LTXVideoTransformer3DModel(
@@ -81,36 +80,40 @@ def test_ltx_video_model():
                 "encoder_attention_mask": torch.ones(1, 6), "num_frames": f, "height": h,
                 "width": w, **kw}  # fmt: skip
 
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["rope"].original == "LTXVideoRotaryPosEmbed"
-    assert rows["rope"].max_diff > 1e-4  # float32 angles near pi / 2 * 1e4 at c = 0
-    patch(exact)
     axes = (torch.arange(f) * 8.0, torch.arange(h) * 32.0, torch.arange(w) * 32.0)
     coords = torch.stack(torch.meshgrid(*axes, indexing="ij")).flatten(1)[None]  # [1, 3, N]
-    calls = (
+    calls = [inputs(**kw) for kw in (
         {"rope_interpolation_scale": (8 / 25, 32, 32)},
         {"rope_interpolation_scale": (8 / 24, 32, 32)},
         {"video_coords": coords},
-    )
-    for kw in calls:
-        x = inputs(**kw)
-        assert torch.equal(_out(compat, x), _out(model, x))
-        assert torch.isfinite(_out(exact, x)).all()
-        # the original's tables are 1e-3 off (its float32 angles reach 15708 rad): the outputs
-        # move by about that much, far from a wrong table's O(1)
-        torch.testing.assert_close(_out(exact, x), _out(model, x), rtol=0, atol=5e-2)
-    cos, sin = exact.rope(torch.zeros(1), 16, 22, 40, rope_interpolation_scale=(8 / 25, 32, 32))
-    want = reference.ltx_rope((16, 22, 40), 96, (0.032, 0.03125, 0.03125))
-    for g, w64 in zip((cos[0], sin[0]), want, strict=True):
-        np.testing.assert_array_less(np.abs(g.double().numpy() - w64), 6e-8 * np.abs(w64) + 1e-38)
-    # no rope_interpolation_scale: diffusers leaves the grid unscaled (c = i)
-    original = model.rope(torch.zeros(1), 3, 4, 5, rope_interpolation_scale=None)
-    replayed = compat.rope(torch.zeros(1), 3, 4, 5, rope_interpolation_scale=None)
-    assert all(torch.equal(a, b) for a, b in zip(original, replayed, strict=True))
-    cos, sin = exact.rope(torch.zeros(1), 3, 4, 5, rope_interpolation_scale=None)
-    want = reference.ltx_rope((3, 4, 5), 96, (2.0, 2.0, 2.0))  # 2c - 1 = -1 + 2i
-    for g, w64 in zip((cos[0], sin[0]), want, strict=True):
-        np.testing.assert_array_less(np.abs(g.double().numpy() - w64), 6e-8 * np.abs(w64) + 1e-38)
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
+    )]  # fmt: skip
+
+    def outputs(m, dtype):
+        for x in calls:
+            yield from forward(m, x, dtype)
+        # no rope_interpolation_scale: diffusers leaves the grid unscaled (c = i)
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            yield from m.rope(torch.zeros(1, dtype=dtype), 3, 4, 5, rope_interpolation_scale=None)
+
+    def exact(original, patched):
+        for x in calls:
+            assert torch.isfinite(_out(patched, x)).all()
+            # the original's tables are 1e-3 off (its float32 angles reach 15708 rad): the
+            # outputs move by about that much, far from a wrong table's O(1)
+            torch.testing.assert_close(_out(patched, x), _out(original, x), rtol=0, atol=5e-2)
+        cos, sin = patched.rope(torch.zeros(1), 16, 22, 40,
+                                rope_interpolation_scale=(8 / 25, 32, 32))  # fmt: skip
+        want = reference.ltx_rope((16, 22, 40), 96, (0.032, 0.03125, 0.03125))
+        for g, w64 in zip((cos[0], sin[0]), want, strict=True):
+            np.testing.assert_array_less(np.abs(g.double().numpy() - w64),
+                                         6e-8 * np.abs(w64) + 1e-38)  # fmt: skip
+        cos, sin = patched.rope(torch.zeros(1), 3, 4, 5, rope_interpolation_scale=None)
+        want = reference.ltx_rope((3, 4, 5), 96, (2.0, 2.0, 2.0))  # 2c - 1 = -1 + 2i
+        for g, w64 in zip((cos[0], sin[0]), want, strict=True):
+            np.testing.assert_array_less(np.abs(g.double().numpy() - w64),
+                                         6e-8 * np.abs(w64) + 1e-38)  # fmt: skip
+
+    paths = {"rope": "LTXVideoRotaryPosEmbed", "time_embed.emb.time_proj": "Timesteps"}
+    done = check_patch_contract(model, paths, outputs, exact)
+    rows = {r.path: r for r in done.compat.replaced}
+    assert rows["rope"].max_diff > 1e-4  # float32 angles near pi / 2 * 1e4 at c = 0

@@ -28,6 +28,7 @@ from diffusers.models.transformers import (  # noqa: E402
 )
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -323,45 +324,50 @@ def _lumina2():
         cap_feat_dim=32, axes_dim_rope=(16, 16, 16)).eval()  # fmt: skip
 
 
-def _lumina2_inputs(caps, rows, cols, dtype=torch.float32):
+def _lumina2_inputs(caps, rows, cols):
     torch.manual_seed(1)
     mask = torch.zeros(len(caps), max(caps), dtype=torch.int64)
     for i, cap in enumerate(caps):
         mask[i, :cap] = 1
-    return {"hidden_states": torch.randn(len(caps), 4, 2 * rows, 2 * cols, dtype=dtype),
-            "timestep": torch.tensor([0.3, 0.7][: len(caps)], dtype=dtype),
-            "encoder_hidden_states": torch.randn(len(caps), max(caps), 32, dtype=dtype),
+    return {"hidden_states": torch.randn(len(caps), 4, 2 * rows, 2 * cols),
+            "timestep": torch.tensor([0.3, 0.7][: len(caps)]),
+            "encoder_hidden_states": torch.randn(len(caps), max(caps), 32),
             "encoder_attention_mask": mask}  # fmt: skip
 
 
-def _lumina2_out(model, inputs):
-    with torch.no_grad():
-        return model(**inputs).sample
+LUMINA2_PATHS = {"rope_embedder": "Lumina2RotaryPosEmbed",
+                 "time_caption_embed.time_proj": "Timesteps"}  # fmt: skip
+
+
+def _lumina2_contract(model, sizes, atol, tables):
+    """The contract on the small Lumina-Image-2.0 ``model`` at ``sizes`` (captions, rows,
+    columns): the exact model within ``atol`` of the original's outputs, its tables checked by
+    ``tables``; the compat report's row of ``rope_embedder``."""
+
+    def outputs(m, dtype):
+        return [t for caps, h, w in sizes for t in forward(m, _lumina2_inputs(caps, h, w), dtype)]
+
+    def exact(original, patched):
+        for caps, h, w in sizes:
+            x = _lumina2_inputs(caps, h, w)
+            torch.testing.assert_close(forward(patched, x, torch.float32),
+                                       forward(original, x, torch.float32), rtol=0,
+                                       atol=atol)  # fmt: skip
+        tables(patched.rope_embedder.freqs_cis)
+
+    contract = check_patch_contract(model, LUMINA2_PATHS, outputs, exact)
+    return {r.path: r for r in contract.compat.replaced}["rope_embedder"]
 
 
 def test_lumina2():
-    model = _lumina2()
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["rope_embedder"].original == "Lumina2RotaryPosEmbed"
-    assert rows["rope_embedder"].mode == "compat"
-    assert 0 < rows["rope_embedder"].max_diff < 1e-13  # both complex128
-    patch(exact)
-    for caps, h, w in (((7, 5), 6, 5), ((3,), 8, 8), ((1, 12), 3, 7)):
-        x = _lumina2_inputs(caps, h, w)
-        assert torch.equal(_lumina2_out(compat, x), _lumina2_out(model, x))
-        torch.testing.assert_close(_lumina2_out(exact, x), _lumina2_out(model, x), rtol=0,
-                                   atol=1e-5)  # fmt: skip
-    bf16, compat16 = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(compat)
-    compat16.to(torch.bfloat16)
-    x = _lumina2_inputs((7, 5), 6, 5, torch.bfloat16)
-    assert torch.equal(_lumina2_out(compat16, x), _lumina2_out(bf16, x))
-    tables = exact.rope_embedder.freqs_cis
-    assert [t.dtype for t in tables] == [torch.complex128] * 3
-    angle = np.arange(512)[:, None] * 1e4 ** (-np.arange(0, 16, 2) / 16)
-    assert np.abs(tables[1].numpy() - np.exp(1j * angle)).max() < 1e-13
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
+    def tables(freqs_cis):
+        assert [t.dtype for t in freqs_cis] == [torch.complex128] * 3
+        angle = np.arange(512)[:, None] * 1e4 ** (-np.arange(0, 16, 2) / 16)
+        assert np.abs(freqs_cis[1].numpy() - np.exp(1j * angle)).max() < 1e-13
+
+    sizes = (((7, 5), 6, 5), ((3,), 8, 8), ((1, 12), 3, 7))
+    row = _lumina2_contract(_lumina2(), sizes, 1e-5, tables)
+    assert 0 < row.max_diff < 1e-13  # both complex128
 
 
 def test_lumina2_model_on_a_host_with_mps(monkeypatch):
@@ -370,19 +376,18 @@ def test_lumina2_model_on_a_host_with_mps(monkeypatch):
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     model = _lumina2()
     assert model.rope_embedder.freqs_cis[0].dtype == torch.complex64
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["rope_embedder"].max_diff > 1e-6  # float32 angles
-    patch(exact)
-    x = _lumina2_inputs((7, 5), 6, 5)
-    assert torch.equal(_lumina2_out(compat, x), _lumina2_out(model, x))
-    torch.testing.assert_close(_lumina2_out(exact, x), _lumina2_out(model, x), rtol=0, atol=1e-4)
-    table = exact.rope_embedder.freqs_cis[1]
-    assert table.dtype == torch.complex64
-    angle = np.arange(512)[:, None] * 1e4 ** (-np.arange(0, 16, 2) / 16)
-    want = np.exp(1j * angle)
-    for got, ref in ((table.real, want.real), (table.imag, want.imag)):
-        np.testing.assert_array_less(np.abs(got.double().numpy() - ref), 6e-8 * np.abs(ref) + 1e-12)
+
+    def tables(freqs_cis):
+        table = freqs_cis[1]
+        assert table.dtype == torch.complex64
+        angle = np.arange(512)[:, None] * 1e4 ** (-np.arange(0, 16, 2) / 16)
+        want = np.exp(1j * angle)
+        for got, ref in ((table.real, want.real), (table.imag, want.imag)):
+            np.testing.assert_array_less(np.abs(got.double().numpy() - ref),
+                                         6e-8 * np.abs(ref) + 1e-12)  # fmt: skip
+
+    row = _lumina2_contract(model, (((7, 5), 6, 5),), 1e-4, tables)
+    assert row.max_diff > 1e-6  # float32 angles
 
 
 def _z_image():
@@ -403,34 +408,30 @@ def _z_image_out(model, images, captions, dtype=torch.float32):
 
 def test_z_image():
     model = _z_image()
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    report = patch(compat, compat="original")
-    rows = {r.path: r for r in report.replaced}
-    assert rows["rope_embedder"].original == "RopeEmbedder"
-    assert rows["rope_embedder"].max_diff > 1e-7  # float32 angles
+    sizes = (([(1, 6, 5)], [7]), ([(1, 4, 4), (2, 3, 5)], [40, 3]))
+    compat = copy.deepcopy(model)
+    patch(compat, compat="original")
     assert "rope_embedder" in dict(compat.named_modules())  # a module there now
-    patch(exact)
-    for images, captions in (([(1, 6, 5)], [7]), ([(1, 4, 4), (2, 3, 5)], [40, 3])):
-        want = _z_image_out(model, images, captions)
-        got = _z_image_out(compat, images, captions)
-        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
-        for a, b in zip(_z_image_out(exact, images, captions), want, strict=True):
-            torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
-    bf16, compat16 = copy.deepcopy(model).to(torch.bfloat16), copy.deepcopy(compat)
-    compat16.to(torch.bfloat16)
-    got = _z_image_out(compat16, [(1, 6, 5)], [7], torch.bfloat16)
-    want = _z_image_out(bf16, [(1, 6, 5)], [7], torch.bfloat16)
-    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
-    table = exact.rope_embedder.freqs_cis[0]  # exact: float64 values rounded once
-    angle = np.arange(256)[:, None] * 256.0 ** (-np.arange(0, 8, 2) / 8)
-    for part, ref in ((table.real, np.cos(angle)), (table.imag, np.sin(angle))):
-        np.testing.assert_array_less(
-            np.abs(part.double().numpy() - ref), 6e-8 * np.abs(ref) + 1e-12
-        )
-    exact.load_state_dict(model.state_dict(), strict=True)
-    compat.load_state_dict(model.state_dict(), strict=True)
-    assert set(exact.state_dict()) == set(model.state_dict())
-    assert len(patch(exact)) == 0
+
+    def outputs(m, dtype):  # bfloat16: autocast on the float32 model, its inputs on a bfloat16 one
+        own = next(m.parameters()).dtype
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != own):
+            return [t for images, captions in sizes for t in _z_image_out(m, images, captions, own)]
+
+    def exact(original, patched):
+        for images, captions in sizes:
+            want = _z_image_out(original, images, captions)
+            for a, b in zip(_z_image_out(patched, images, captions), want, strict=True):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+        table = patched.rope_embedder.freqs_cis[0]  # exact: float64 values rounded once
+        angle = np.arange(256)[:, None] * 256.0 ** (-np.arange(0, 8, 2) / 8)
+        for part, ref in ((table.real, np.cos(angle)), (table.imag, np.sin(angle))):
+            np.testing.assert_array_less(
+                np.abs(part.double().numpy() - ref), 6e-8 * np.abs(ref) + 1e-12
+            )
+
+    contract = check_patch_contract(model, {"rope_embedder": "RopeEmbedder"}, outputs, exact)
+    assert contract.compat.replaced[0].max_diff > 1e-7  # float32 angles
 
 
 class Holder(torch.nn.Module):
@@ -456,18 +457,17 @@ def test_copies_of_the_rope_embedder(make):
                      torch.stack(torch.meshgrid(torch.tensor([513]), torch.arange(64),
                                                 torch.arange(64), indexing="ij"), -1
                                  ).reshape(-1, 3)])  # fmt: skip
-    holder = Holder(make())
-    want = holder.rope_embedder(ids)
-    compat, exact = Holder(make()), Holder(make())
-    rows = patch(compat, compat="original").replaced
-    assert [(r.path, r.original) for r in rows] == [("rope_embedder", "RopeEmbedder")]
-    assert rows[0].max_diff > 1e-5  # float32 angles at row 1023 (3.0e-5)
-    assert torch.equal(compat.rope_embedder(ids), want)
-    patch(exact)
-    torch.testing.assert_close(exact.rope_embedder(ids), want, rtol=0, atol=1e-4)
-    assert len(patch(compat, compat="original")) == 0
-    assert len(patch(exact)) == 0
-    compat.load_state_dict(holder.state_dict(), strict=True)
+
+    def outputs(m, dtype):  # the tables of integer ids: no activations to lower
+        return [m.rope_embedder(ids)]
+
+    def exact(original, patched):
+        want = original.rope_embedder(ids)
+        torch.testing.assert_close(patched.rope_embedder(ids), want, rtol=0, atol=1e-4)
+
+    contract = check_patch_contract(Holder(make()), {"rope_embedder": "RopeEmbedder"}, outputs,
+                                    exact)  # fmt: skip
+    assert contract.compat.replaced[0].max_diff > 1e-5  # float32 angles at row 1023 (3.0e-5)
 
 
 def test_dry_run_changes_nothing():

@@ -6,7 +6,6 @@ coordinates)."""
 
 from __future__ import annotations
 
-import copy
 import importlib
 
 import numpy as np
@@ -14,13 +13,13 @@ import pytest
 
 import posenc
 from posenc.errors import PosencError
-from tests.families.models import _m, _patched, _root
+from tests.contract import check_patch_contract
+from tests.families.models import _m, _root
 from tests.families.models import assert_rounded_once as _exact
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from posenc.torch import patch  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -77,14 +76,17 @@ def test_minimax_h3_refusals():
 def test_minimax_h3_one_ladder_for_three_axes(dtype):
     """Its inv_freq buffer follows .to(bfloat16): compat rounds the ladder the same way."""
     module = _m("transformer_minimax_h3").MiniMaxH3RotaryPosEmbed(16, 10000.0).to(dtype)
-    compat, exact = _patched(module, "original"), _patched(module, None)
     grid = np.stack(np.meshgrid(np.arange(16), np.arange(45), np.arange(80), indexing="ij"), -1)
     ids = torch.from_numpy(np.concatenate([grid.reshape(-1, 3), [[3, -7, 2000]]]))
-    assert all(torch.equal(a, b) for a, b in zip(compat(ids), module(ids), strict=True))
     theta = ids.numpy()[:, :, None] * 1e4 ** (-np.arange(0, 32, 2) / 32)  # [S, 3, 16]
     theta = np.tile(theta.reshape(len(ids), -1), 2)
-    for got, want in zip(exact(ids), (np.cos(theta), np.sin(theta)), strict=True):
-        _exact(got, want)
+
+    def exact(_, patched):
+        for got, want in zip(patched.rope(ids), (np.cos(theta), np.sin(theta)), strict=True):
+            _exact(got, want)
+
+    check_patch_contract(_root(module), {"rope": "MiniMaxH3RotaryPosEmbed"},
+                         lambda m, _: m.rope(ids), exact)  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -92,16 +94,19 @@ def test_minimax_h3_vae_decoder(dtype):
     """The VAE decoder's coordinates 2 (i + 0.5) / n - 1, angles 2 pi c 100 ** (-k / n)."""
     vae = importlib.import_module("diffusers.models.autoencoders.autoencoder_kl_minimax_h3")
     module = vae.MiniMaxH3VideoRotaryPosEmbed(48, theta=100.0).to(dtype)
-    compat, exact = _patched(module, "original"), _patched(module, None)
     axes = [2.0 * (torch.arange(0.5, n, dtype=torch.float32) / n) - 1.0 for n in (31, 44, 80)]
     ids = torch.stack([g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")], -1)[None]
     ids = torch.cat([ids, torch.zeros(1, 5, 3)], dim=1)  # the register tokens and cls at 0
-    assert all(torch.equal(a, b) for a, b in zip(compat(ids), module(ids), strict=True))
     theta = 2 * np.pi * ids[0].double().numpy()[:, :, None] * 100.0 ** (-np.arange(8) / 8)
     theta = np.tile(theta.reshape(len(theta), -1), 2)
-    for got, want in zip(exact(ids), (np.cos(theta), np.sin(theta)), strict=True):
-        assert got.shape == (1, len(theta), 1, 48)
-        _exact(got[0, :, 0], want)
+
+    def exact(_, patched):
+        for got, want in zip(patched.rope(ids), (np.cos(theta), np.sin(theta)), strict=True):
+            assert got.shape == (1, len(theta), 1, 48)
+            _exact(got[0, :, 0], want)
+
+    check_patch_contract(_root(module), {"rope": "MiniMaxH3VideoRotaryPosEmbed"},
+                         lambda m, _: m.rope(ids), exact)  # fmt: skip
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -110,15 +115,18 @@ def test_minimax_h3_vae_reads_its_axes_from_the_coordinates(k):
     frequencies, k read from the coordinates [B, S, k] by its forward and by the stand-ins."""
     vae = importlib.import_module("diffusers.models.autoencoders.autoencoder_kl_minimax_h3")
     module = vae.MiniMaxH3VideoRotaryPosEmbed(48, num_axes=k)
-    compat, exact = _patched(module, "original"), _patched(module, None)
-    (row,) = patch(_root(copy.deepcopy(module)))
     n = 48 // (2 * k)
-    assert f"posenc.rope(c, {2 * n} k" in row.replacement
     torch.manual_seed(0)
     ids = torch.rand(2, 30, k) * 2 - 1
-    assert all(torch.equal(a, b) for a, b in zip(compat(ids), module(ids), strict=True))
     theta = 2 * np.pi * ids.double().numpy()[..., None] * 100.0 ** (-np.arange(n) / n)
     theta = np.tile(theta.reshape(2, 30, -1), 2)
-    for got, want in zip(exact(ids), (np.cos(theta), np.sin(theta)), strict=True):
-        assert got.shape == (2, 30, 1, 48)
-        _exact(got[:, :, 0], want)
+
+    def exact(_, patched):
+        for got, want in zip(patched.rope(ids), (np.cos(theta), np.sin(theta)), strict=True):
+            assert got.shape == (2, 30, 1, 48)
+            _exact(got[:, :, 0], want)
+
+    contract = check_patch_contract(_root(module), {"rope": "MiniMaxH3VideoRotaryPosEmbed"},
+                                    lambda m, _: m.rope(ids), exact)  # fmt: skip
+    (row,) = contract.exact
+    assert f"posenc.rope(c, {2 * n} k" in row.replacement

@@ -6,19 +6,16 @@ float64 tables rounded once, the checkpoint loads with strict=True."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
 import posenc
-from tests.families.models import _out
 from tests.families.models import assert_rounded_once as assert_exact
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from posenc.torch import patch  # noqa: E402
+from tests.contract import assert_outputs_close, check_patch_contract, forwards  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -80,29 +77,24 @@ def _omnigen_inputs(h=4, w=6, text=5, shift=0):
 
 def test_omnigen_compat_is_identical_and_exact_is_close():
     model = _omnigen()
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["rope"].original == "OmniGenSuScaledRotaryEmbedding"
-    assert rows["rope"].mode == "compat"
+    kws = ({}, {"h": 8, "w": 8, "text": 7, "shift": 20})  # short factors, then long
+    calls = [_omnigen_inputs(**kw) for kw in kws]
+
+    def exact(original, patched):
+        assert_outputs_close(original, patched, calls, atol=1e-4)
+        m = original.rope
+        for n in (16, 300):  # the float64 table of the first item, the factors by the largest
+            cos, sin = patched.rope(torch.zeros(1), torch.arange(n)[None].repeat(2, 1))
+            ext = np.asarray(m.long_factor if n > 16 else m.short_factor)
+            omega = 1e4 ** (-np.arange(0, 32, 2) / 32) / ext
+            theta = np.arange(n)[:, None] * np.concatenate([omega, omega])[None]
+            factor = np.sqrt(1 + np.log(64 / 16) / np.log(16))
+            for got, want in ((cos, factor * np.cos(theta)), (sin, factor * np.sin(theta))):
+                np.testing.assert_array_less(np.abs(got.double().numpy() - want),
+                                             6e-8 * np.abs(want) + 1e-38)  # fmt: skip
+
+    paths = {"rope": "OmniGenSuScaledRotaryEmbedding", "time_proj": "Timesteps"}
+    # patched twice, nothing is replaced (OmniGenPatchEmbed's fixed table stays reported)
+    done = check_patch_contract(model, paths, forwards(calls), exact)
+    rows = {r.path: r for r in done.compat.replaced}
     assert rows["rope"].max_diff > 1e-7  # float32 angles (positions below 64 here)
-    assert {r.path: r.mode for r in patch(exact).replaced}["rope"] == "exact"
-    for kw in ({}, {"h": 8, "w": 8, "text": 7, "shift": 20}):  # short factors, then long
-        x = _omnigen_inputs(**kw)
-        want = _out(model, x)
-        assert torch.equal(_out(compat, x), want)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert torch.equal(_out(compat, x), _out(model, x))
-        torch.testing.assert_close(_out(exact, x), want, rtol=0, atol=1e-4)
-    m = model.rope
-    for n in (16, 300):  # the float64 table of the first item, the factors by the largest
-        cos, sin = exact.rope(torch.zeros(1), torch.arange(n)[None].repeat(2, 1))
-        ext = np.asarray(m.long_factor if n > 16 else m.short_factor)
-        omega = 1e4 ** (-np.arange(0, 32, 2) / 32) / ext
-        theta = np.arange(n)[:, None] * np.concatenate([omega, omega])[None]
-        factor = np.sqrt(1 + np.log(64 / 16) / np.log(16))
-        for got, want in ((cos, factor * np.cos(theta)), (sin, factor * np.sin(theta))):
-            np.testing.assert_array_less(np.abs(got.double().numpy() - want),
-                                         6e-8 * np.abs(want) + 1e-38)  # fmt: skip
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert not patch(exact).replaced  # OmniGenPatchEmbed's fixed table stays reported
-    assert not patch(compat, compat="original").replaced

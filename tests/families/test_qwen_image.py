@@ -7,20 +7,18 @@ second image, Qwen-Image 2.1's joint sequence, Layered's and NucleusMoE's positi
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
 import posenc
-from tests.families.models import _m, _out, _root, assert_exact
+from tests.families.models import _m, _root, assert_exact
 from tests.families.models import assert_rounded_once as _exact
 from tests.reference import axial_rope
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from posenc.torch import patch  # noqa: E402
+from tests.contract import assert_outputs_close, check_patch_contract, forwards  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -82,27 +80,27 @@ def test_qwen_image_model():
                 "encoder_hidden_states_mask": torch.ones(1, text),
                 "timestep": torch.tensor([0.5]), "img_shapes": [list(shapes)]}  # fmt: skip
 
-    compat, exact = copy.deepcopy(model), copy.deepcopy(model)
-    rows = {r.path: r for r in patch(compat, compat="original").replaced}
-    assert rows["pos_embed"].original == "QwenEmbedRope"
+    images = ([(1, 6, 10)], [(1, 5, 7), (1, 4, 4)])  # an edit: a second image at t = 1
+    calls = [inputs(shapes) for shapes in images]
+
+    def exact(original, patched):
+        assert_outputs_close(original, patched, calls, atol=1e-4)
+        video, text = patched.pos_embed([(1, 83, 83)], device=torch.device("cpu"),
+                                        max_txt_seq_len=9)  # fmt: skip
+        m = 83 // 2
+        side = np.arange(83) - 42  # centred: -42 … 40
+        image = np.stack(np.meshgrid([0], side, side, indexing="ij"), -1).reshape(-1, 3)
+        ids = np.concatenate([image, np.repeat(np.arange(m, m + 9)[:, None], 3, 1)])
+        theta = np.concatenate([ids[:, [a]] * 1e4 ** (-np.arange(0, d, 2) / d)
+                                for a, d in enumerate((16, 56, 56))], axis=1)  # fmt: skip
+        got = torch.cat([video, text]).numpy()
+        for part, want in ((got.real, np.cos(theta)), (got.imag, np.sin(theta))):
+            np.testing.assert_array_less(np.abs(part - want), 6e-8 * np.abs(want) + 1e-38)
+
+    paths = {"pos_embed": "QwenEmbedRope", "time_text_embed.time_proj": "Timesteps"}
+    done = check_patch_contract(model, paths, forwards(calls), exact)
+    rows = {r.path: r for r in done.compat.replaced}
     assert rows["pos_embed"].max_diff > 1e-5  # float32 angles at text rows near 1065
-    patch(exact)
-    for shapes in ([(1, 6, 10)], [(1, 5, 7), (1, 4, 4)]):  # an edit: a second image at t = 1
-        x = inputs(shapes)
-        assert torch.equal(_out(compat, x), _out(model, x))
-        torch.testing.assert_close(_out(exact, x), _out(model, x), rtol=0, atol=1e-4)
-    video, text = exact.pos_embed([(1, 83, 83)], device=torch.device("cpu"), max_txt_seq_len=9)
-    m = 83 // 2
-    side = np.arange(83) - 42  # centred: -42 … 40
-    image = np.stack(np.meshgrid([0], side, side, indexing="ij"), -1).reshape(-1, 3)
-    ids = np.concatenate([image, np.repeat(np.arange(m, m + 9)[:, None], 3, 1)])
-    theta = np.concatenate([ids[:, [a]] * 1e4 ** (-np.arange(0, d, 2) / d)
-                            for a, d in enumerate((16, 56, 56))], axis=1)  # fmt: skip
-    got = torch.cat([video, text]).numpy()
-    for part, want in ((got.real, np.cos(theta)), (got.imag, np.sin(theta))):
-        np.testing.assert_array_less(np.abs(part - want), 6e-8 * np.abs(want) + 1e-38)
-    exact.load_state_dict(model.state_dict(), strict=True)
-    assert len(patch(exact)) == 0
 
 
 def _centred(h, w):
@@ -131,25 +129,33 @@ def _complex_reference(ids, axes, base=1e4):
     return np.cos(theta), np.sin(theta)
 
 
+def _tables(rope, dtype, *args, **kwargs):
+    """A rotary module's tables, ``rope(*args, **kwargs)``, under CPU autocast for bfloat16."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        return rope(*args, **kwargs)
+
+
 def test_qwen_image_21_joint_sequence():
     module = _m("transformer_qwenimage21").QwenImage21Rope(10000, [16, 56, 56])
-    compat, exact = _root(copy.deepcopy(module)), _root(copy.deepcopy(module))
-    (row,) = patch(compat, compat="original")
-    assert (row.original, row.mode) == ("QwenImage21Rope", "compat")
-    assert row.max_diff > 1e-6  # float32 angles
-    patch(exact)
     blocks = [(1, 5, 6), (1, 3, 4)]
     mask = torch.zeros(5 + 30 + 4 + 12 + 3, dtype=torch.bool)
     mask[5:35], mask[39:51] = True, True
     cases = [(blocks, mask), ([(1, 83, 83)], torch.arange(6889 + 40) >= 40)]
-    for shapes, m in cases:
-        args = (shapes, m, torch.device("cpu"))
-        assert torch.equal(compat.rope(*args), module(*args))
-        got = exact.rope(*args)
-        want = _complex_reference(_qwen21_ids(shapes, m.tolist()), (16, 56, 56))
-        _exact(got.real, want[0])
-        _exact(got.imag, want[1])
-    assert len(patch(exact)) == 0
+
+    def outputs(m, dtype):
+        for shapes, mask in cases:
+            yield _tables(m.rope, dtype, shapes, mask, torch.device("cpu"))
+
+    def exact(original, patched):
+        for shapes, mask in cases:
+            got = patched.rope(shapes, mask, torch.device("cpu"))
+            want = _complex_reference(_qwen21_ids(shapes, mask.tolist()), (16, 56, 56))
+            _exact(got.real, want[0])
+            _exact(got.imag, want[1])
+
+    done = check_patch_contract(_root(module), {"rope": "QwenImage21Rope"}, outputs, exact)
+    (row,) = done.compat
+    assert row.max_diff > 1e-6  # float32 angles
 
 
 @pytest.mark.parametrize("variant", ["layered", "nucleus"])
@@ -164,20 +170,19 @@ def test_qwen_variants_positions(variant):
         module = _m("transformer_nucleusmoe_image").NucleusMoEEmbedRope(10000, [16, 56, 56], True)
         shapes, frames = [(1, 12, 10), (1, 4, 6)], [0, 1]
         text_start = 3  # the last image's, not the largest
-    exact = _root(copy.deepcopy(module))
-    patch(exact)
-    video, text = exact.rope([shapes], max_txt_seq_len=9, device=torch.device("cpu"))
-    ids = []
-    for t, (_, h, w) in zip(frames, shapes, strict=True):
-        ids += [(t, r, c) for r, c in _centred(h, w)]
-    ids += [(p, p, p) for p in range(text_start, text_start + 9)]
-    want = _complex_reference(np.array(ids, dtype=np.float64), (16, 56, 56))
-    got = torch.cat([video, text])
-    _exact(got.real, want[0])
-    _exact(got.imag, want[1])
-    compat = _root(copy.deepcopy(module))
-    patch(compat, compat="original")
-    for a, b in zip(compat.rope([shapes], max_txt_seq_len=9, device=torch.device("cpu")),
-                    module([shapes], max_txt_seq_len=9, device=torch.device("cpu")),
-                    strict=True):  # fmt: skip
-        assert torch.equal(a, b)
+
+    def outputs(m, dtype):
+        return _tables(m.rope, dtype, [shapes], max_txt_seq_len=9, device=torch.device("cpu"))
+
+    def exact(original, patched):
+        video, text = patched.rope([shapes], max_txt_seq_len=9, device=torch.device("cpu"))
+        ids = []
+        for t, (_, h, w) in zip(frames, shapes, strict=True):
+            ids += [(t, r, c) for r, c in _centred(h, w)]
+        ids += [(p, p, p) for p in range(text_start, text_start + 9)]
+        want = _complex_reference(np.array(ids, dtype=np.float64), (16, 56, 56))
+        got = torch.cat([video, text])
+        _exact(got.real, want[0])
+        _exact(got.imag, want[1])
+
+    check_patch_contract(_root(module), {"rope": type(module).__name__}, outputs, exact)

@@ -26,6 +26,7 @@ from timm.layers.pos_embed_sincos import (  # noqa: E402
 from posenc.compat.timm import mrope_tables  # noqa: E402
 from posenc.spec.families.timm_mrope import mrope_sections  # noqa: E402
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # the tables: posenc.rope_grid and posenc.rope against the originals
@@ -100,23 +101,29 @@ def test_mrope_float32_only_path(float32_only):
                                               (48, (2, 3, 5))])  # fmt: skip
 def test_mrope_module(dim, section):
     holder = _Holder(rope=RotaryEmbeddingMRope(dim, mrope_section=section))
-    compat, exact = copy.deepcopy(holder), copy.deepcopy(holder)
-    row = _rows(patch(compat, compat="original"))["rope"]
-    assert (row.original, row.mode) == ("RotaryEmbeddingMRope", "compat")
-    patch(exact)
-    for shape in [(14, 14), (7, 9)]:
-        want = holder.rope.get_embed(list(shape))
-        assert torch.equal(compat.rope.get_embed(shape), want)
-        low = compat.rope.get_embed(shape, dtype=torch.bfloat16)
-        assert torch.equal(low, holder.rope.get_embed(list(shape), dtype=torch.bfloat16))
-        ref = timm_mrope_embed(shape, dim, section=section)
-        assert_exact(exact.rope.get_embed(shape), ref)
-        once = exact.rope.get_embed(shape, dtype=torch.bfloat16)
-        assert torch.equal(once, torch.from_numpy(ref).to(torch.bfloat16))
-    # a float64 module: timm widens its float32 ladder, the angles are float64
-    wide, wide_compat = copy.deepcopy(holder).double(), copy.deepcopy(compat).double()
-    assert torch.equal(wide_compat.rope.get_embed((5, 6)), wide.rope.get_embed([5, 6]))
-    assert wide_compat.rope.get_embed((5, 6)).dtype == torch.float64
+    shapes = [(14, 14), (7, 9)]
+
+    def outputs(m, dtype):
+        for shape in shapes:  # timm's own callers pass a list; a tuple too
+            for form in (shape, list(shape)):
+                yield m.rope.get_embed(form)
+                yield m.rope.get_embed(form, dtype=torch.bfloat16)
+        # a float64 module: timm widens its float32 ladder, the angles are float64
+        wide = copy.deepcopy(m).double()
+        yield wide.rope.get_embed((5, 6))
+        yield wide.rope.get_embed([5, 6])
+
+    def exact(original, patched):
+        for shape in shapes:
+            assert torch.equal(original.rope.get_embed(shape), original.rope.get_embed(list(shape)))
+            ref = timm_mrope_embed(shape, dim, section=section)
+            assert_exact(patched.rope.get_embed(shape), ref)
+            once = patched.rope.get_embed(shape, dtype=torch.bfloat16)
+            assert torch.equal(once, torch.from_numpy(ref).to(torch.bfloat16))
+        # compat's the same dtype (the contract)
+        assert copy.deepcopy(original).double().rope.get_embed([5, 6]).dtype == torch.float64
+
+    check_patch_contract(holder, {"rope": "RotaryEmbeddingMRope"}, outputs, exact)
 
 
 def test_mrope_left_alone_when_augmented_or_sectionless():

@@ -28,6 +28,7 @@ from diffusers.models.transformers import (  # noqa: E402
 )
 
 from posenc.torch import patch  # noqa: E402
+from tests.contract import check_patch_contract, forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_diffusers")
 
@@ -86,6 +87,7 @@ def test_wan_on_a_host_with_mps_keeps_the_same_rows():
 # posenc.torch.patch on the models and their rotary modules
 
 
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
 def test_wan_model_on_a_host_with_mps(monkeypatch):
     """On an Apple machine diffusers builds Wan's tables in float32 even on the CPU: compat
     repeats that; the exact patch replaces them by the float64 ones."""
@@ -94,16 +96,21 @@ def test_wan_model_on_a_host_with_mps(monkeypatch):
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=48, in_channels=4,
         out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1).eval()  # fmt: skip
     inputs = _wan_inputs((3, 8, 8))
-    compat = copy.deepcopy(model)
-    (row,) = [r for r in patch(compat, compat="original") if r.path == "rope"]
-    assert row.mode == "compat"
+
+    def outputs(m, dtype):
+        return forward(m, inputs, dtype)
+
+    def exact(original, patched):
+        cos = patched.rope(torch.zeros(1, 4, 21, 90, 160))[0][0, :, 0]
+        want, _ = posenc.rope_grid((21, 45, 80), 48, preset="wan", dtype=np.float64)
+        np.testing.assert_array_less(
+            np.abs(cos.double().numpy() - want), 6e-8 * np.abs(want) + 1e-38
+        )
+
+    paths = {"rope": "WanRotaryPosEmbed", "condition_embedder.timesteps_proj": "Timesteps"}
+    contract = check_patch_contract(model, paths, outputs, exact)
+    (row,) = [r for r in contract.compat if r.path == "rope"]
     assert row.max_diff > 1e-6  # float32 angles over rows 0 … 1023
-    assert torch.equal(_out(compat, inputs), _out(model, inputs))
-    exact = copy.deepcopy(model)
-    patch(exact)
-    cos = exact.rope(torch.zeros(1, 4, 21, 90, 160))[0][0, :, 0]
-    want, _ = posenc.rope_grid((21, 45, 80), 48, preset="wan", dtype=np.float64)
-    np.testing.assert_array_less(np.abs(cos.double().numpy() - want), 6e-8 * np.abs(want) + 1e-38)
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # autocast, torch
@@ -148,33 +155,43 @@ def test_chronoedit_whose_split_differs_is_left_alone():
 
 def test_wan_animate_rope_is_wans():
     module = _m("transformer_wan_animate").WanRotaryPosEmbed(48, (1, 2, 2), 1024)
-    compat, exact = _root(copy.deepcopy(module)), _root(copy.deepcopy(module))
-    (row,) = patch(compat, compat="original")
+    sizes = [(21, 90, 160), (3, 6, 10)]  # 720p, 81 frames
+
+    def outputs(m, dtype):
+        for size in sizes:
+            yield from m.rope(torch.zeros(1, 4, *size, dtype=dtype))
+
+    def exact(original, patched):
+        for size in sizes:
+            got = patched.rope(torch.zeros(1, 4, *size))[0][0, :, 0]
+            f, h, w = size[0], size[1] // 2, size[2] // 2
+            want = reference.axial_rope((f, h, w), (16, 16, 16), 1e4, (0, 1, 2),
+                                        [np.arange(n) for n in (f, h, w)])  # fmt: skip
+            _exact(got, want[0])
+
+    contract = check_patch_contract(_root(module), {"rope": "WanRotaryPosEmbed"}, outputs, exact)
+    (row,) = contract.compat
     assert (row.original, row.mode, row.max_diff) == ("WanRotaryPosEmbed", "compat", 0.0)
-    patch(exact)
-    for size in [(21, 90, 160), (3, 6, 10)]:  # 720p, 81 frames
-        x = torch.zeros(1, 4, *size)
-        assert all(torch.equal(a, b) for a, b in zip(compat.rope(x), module(x), strict=True))
-        got = exact.rope(x)[0][0, :, 0]
-        f, h, w = size[0], size[1] // 2, size[2] // 2
-        want = reference.axial_rope((f, h, w), (16, 16, 16), 1e4, (0, 1, 2),
-                                    [np.arange(n) for n in (f, h, w)])  # fmt: skip
-        _exact(got, want[0])
 
 
 def test_helios_frames_at_their_indices_per_batch_item():
     module = _m("transformer_helios").HeliosRotaryPosEmbed((16, 56, 56), 10000.0)
-    compat, exact = _patched(module, "original"), _patched(module, None)
     frames = torch.tensor([[0, 1, 2, 9], [3, 4, 5, 40]])
     args = (frames, 6, 10, torch.device("cpu"))
-    assert torch.equal(compat(*args), module(*args))
-    got = exact(*args)
-    assert got.shape == (2, 256, 4, 6, 10)
-    for b in range(2):
-        positions = [frames[b].numpy(), np.arange(6), np.arange(10)]
-        cos, sin = reference.axial_rope((4, 6, 10), (16, 56, 56), 1e4, (0, 1, 2), positions)
-        want = np.concatenate([cos, sin], axis=1).reshape(4, 6, 10, -1).transpose(3, 0, 1, 2)
-        _exact(got[b], want)
+
+    def outputs(m, dtype):  # frame indices and sizes: no activations to cast
+        yield m.rope(*args)
+
+    def exact(original, patched):
+        got = patched.rope(*args)
+        assert got.shape == (2, 256, 4, 6, 10)
+        for b in range(2):
+            positions = [frames[b].numpy(), np.arange(6), np.arange(10)]
+            cos, sin = reference.axial_rope((4, 6, 10), (16, 56, 56), 1e4, (0, 1, 2), positions)
+            want = np.concatenate([cos, sin], axis=1).reshape(4, 6, 10, -1).transpose(3, 0, 1, 2)
+            _exact(got[b], want)
+
+    check_patch_contract(_root(module), {"rope": "HeliosRotaryPosEmbed"}, outputs, exact)
 
 
 @pytest.mark.parametrize("family", ["sana-wm", "anyflow"])
@@ -192,20 +209,27 @@ def test_complex_wan_tables(family):
             cfg = {"total_frames": fhw[0], "full_frame_shape": fhw[1:]}
             return mod(layout_cfg=cfg, device=torch.device("cpu"))["query"][0, 0]
 
-    compat, exact = _patched(module, "original"), _patched(module, None)
-    for fhw in [(21, 30, 52), (3, 5, 1)]:
-        assert torch.equal(call(compat, fhw), call(module, fhw))
-        got = call(exact, fhw)
-        cos, sin = reference.axial_rope(fhw, (16, 16, 16), 1e4, (0, 1, 2),
-                                        [np.arange(n) for n in fhw])  # fmt: skip
-        if family == "sana-wm":
-            assert got.dtype == torch.complex64
-            _exact(got.real, cos[:, ::2])
-            _exact(got.imag, sin[:, ::2])
-        else:  # float64 tables: the reference's own float64 angles (up to 51 rad) err by 1e-14
-            assert got.dtype == torch.complex128
-            np.testing.assert_allclose(got.real.numpy(), cos[:, ::2], rtol=0, atol=2e-14)
-            np.testing.assert_allclose(got.imag.numpy(), sin[:, ::2], rtol=0, atol=2e-14)
+    sizes = [(21, 30, 52), (3, 5, 1)]
+
+    def outputs(m, dtype):  # grid sizes: no activations to cast
+        for fhw in sizes:
+            yield call(m.rope, fhw)
+
+    def exact(original, patched):
+        for fhw in sizes:
+            got = call(patched.rope, fhw)
+            cos, sin = reference.axial_rope(fhw, (16, 16, 16), 1e4, (0, 1, 2),
+                                            [np.arange(n) for n in fhw])  # fmt: skip
+            if family == "sana-wm":
+                assert got.dtype == torch.complex64
+                _exact(got.real, cos[:, ::2])
+                _exact(got.imag, sin[:, ::2])
+            else:  # float64 tables: the reference's own float64 angles (up to 51 rad) err by 1e-14
+                assert got.dtype == torch.complex128
+                np.testing.assert_allclose(got.real.numpy(), cos[:, ::2], rtol=0, atol=2e-14)
+                np.testing.assert_allclose(got.imag.numpy(), sin[:, ::2], rtol=0, atol=2e-14)
+
+    check_patch_contract(_root(module), {"rope": type(module).__name__}, outputs, exact)
 
 
 def test_sana_wm_with_another_split_is_left_alone():
@@ -222,23 +246,27 @@ def test_anyflow_far_pooled_rows_are_rotations_at_their_centres(compressed):
     modulus 1: the rotation at the rows' centre j k + (k - 1) / 2, checked in float64."""
     far = _m("transformer_anyflow_far")
     module = far.AnyFlowCausalRotaryPosEmbed(48, (1, 2, 2), compressed, 1024)
-    compat, exact = _patched(module, "original"), _patched(module, None)
     cfg = {"total_frames": 7, "num_compressed_frames": 3, "full_frame_shape": (6, 10),
            "compressed_frame_shape": (3, 5)}  # fmt: skip
-    for clean in (None, torch.zeros(1)):
-        args = (cfg, torch.device("cpu"), clean)
-        assert torch.equal(compat(*args)["query"], module(*args)["query"])
-    got = exact(cfg, torch.device("cpu"))["key"][0, 0]
-    k = [c // p for c, p in zip(compressed, (1, 2, 2), strict=True)]
-    small = [(kk - 1) / 2 + kk * np.arange(n) for kk, n in zip(k, (3, 3, 5), strict=True)]
-    parts = [
-        reference.axial_rope((3, 3, 5), (16, 16, 16), 1e4, (0, 1, 2), small),
-        reference.axial_rope((4, 6, 10), (16, 16, 16), 1e4, (0, 1, 2),
-                             [np.arange(3, 7), np.arange(6), np.arange(10)]),
-    ]  # fmt: skip
-    for part, want in zip((got.real, got.imag), zip(*parts, strict=True), strict=True):
-        want = np.concatenate([w[:, ::2] for w in want])
-        np.testing.assert_allclose(part.numpy(), want, rtol=0, atol=2e-14)
+
+    def outputs(m, dtype):
+        for clean in (None, torch.zeros(1, dtype=dtype)):
+            yield m.rope(cfg, torch.device("cpu"), clean)["query"]
+
+    def exact(original, patched):
+        got = patched.rope(cfg, torch.device("cpu"))["key"][0, 0]
+        k = [c // p for c, p in zip(compressed, (1, 2, 2), strict=True)]
+        small = [(kk - 1) / 2 + kk * np.arange(n) for kk, n in zip(k, (3, 3, 5), strict=True)]
+        parts = [
+            reference.axial_rope((3, 3, 5), (16, 16, 16), 1e4, (0, 1, 2), small),
+            reference.axial_rope((4, 6, 10), (16, 16, 16), 1e4, (0, 1, 2),
+                                 [np.arange(3, 7), np.arange(6), np.arange(10)]),
+        ]  # fmt: skip
+        for part, want in zip((got.real, got.imag), zip(*parts, strict=True), strict=True):
+            want = np.concatenate([w[:, ::2] for w in want])
+            np.testing.assert_allclose(part.numpy(), want, rtol=0, atol=2e-14)
+
+    check_patch_contract(_root(module), {"rope": "AnyFlowCausalRotaryPosEmbed"}, outputs, exact)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -247,22 +275,29 @@ def test_chronoedit_theta_is_read_from_its_buffers(dtype):
     float32 or cast to bfloat16, not replaced by 10000's tables."""
     chrono = _m("transformer_chronoedit")
     module = chrono.ChronoEditRotaryPosEmbed(24, (1, 2, 2), 64, theta=500.0).to(dtype)
-    compat, exact = _patched(module, "original"), _patched(module, None)
     (row,) = patch(_root(copy.deepcopy(module)))
     assert "base=500" in row.replacement
-    for frames in (2, 5):  # an edit (frame rows 0 and 7), and a video
-        x = torch.zeros(1, 4, frames, 6, 10)
-        assert all(torch.equal(a, b) for a, b in zip(compat(x), module(x), strict=True))
-        rows = np.array([0, 7]) if frames == 2 else np.arange(frames)
-        want = reference.axial_rope((frames, 3, 5), (8, 8, 8), 500.0, (0, 1, 2),
-                                    [rows, np.arange(3), np.arange(5)])  # fmt: skip
-        for got, w in zip(exact(x), want, strict=True):
-            assert got.dtype == dtype
-            if dtype == torch.float32:
-                _exact(got[0, :, 0], w)
-            else:  # rounded once to bfloat16: within half its ulp
-                err = np.abs(got[0, :, 0].double().numpy() - w)
-                np.testing.assert_array_less(err, 2.0**-8 * np.abs(w) + 1e-12)
+    every = (2, 5)  # an edit (frame rows 0 and 7), and a video
+
+    def outputs(m, activations):
+        for frames in every:
+            yield from m.rope(torch.zeros(1, 4, frames, 6, 10, dtype=activations))
+
+    def exact(original, patched):
+        for frames in every:
+            x = torch.zeros(1, 4, frames, 6, 10)
+            rows = np.array([0, 7]) if frames == 2 else np.arange(frames)
+            want = reference.axial_rope((frames, 3, 5), (8, 8, 8), 500.0, (0, 1, 2),
+                                        [rows, np.arange(3), np.arange(5)])  # fmt: skip
+            for got, w in zip(patched.rope(x), want, strict=True):
+                assert got.dtype == dtype
+                if dtype == torch.float32:
+                    _exact(got[0, :, 0], w)
+                else:  # rounded once to bfloat16: within half its ulp
+                    err = np.abs(got[0, :, 0].double().numpy() - w)
+                    np.testing.assert_array_less(err, 2.0**-8 * np.abs(w) + 1e-12)
+
+    check_patch_contract(_root(module), {"rope": "ChronoEditRotaryPosEmbed"}, outputs, exact)
 
 
 def test_chronoedit_of_no_readable_theta_is_left_alone():
@@ -275,16 +310,21 @@ def test_chronoedit_of_no_readable_theta_is_left_alone():
 
 def test_sana_wm_theta_is_read_from_its_table():
     module = _m("transformer_sana_wm").SanaWMRotaryPosEmbed(48, (1, 2, 2), 64, theta=500.0)
-    compat, exact = _patched(module, "original"), _patched(module, None)
-    for fhw in [(3, 5, 7), (1, 6, 2)]:
-        assert torch.equal(
-            compat(fhw, device=torch.device("cpu")), module(fhw, torch.device("cpu"))
-        )
-        got = exact(fhw, device=torch.device("cpu"))[0, 0]
-        cos, sin = reference.axial_rope(fhw, (16, 16, 16), 500.0, (0, 1, 2),
-                                        [np.arange(n) for n in fhw])  # fmt: skip
-        _exact(got.real, cos[:, ::2])
-        _exact(got.imag, sin[:, ::2])
+    sizes = [(3, 5, 7), (1, 6, 2)]
+
+    def outputs(m, dtype):  # grid sizes: no activations to cast
+        for fhw in sizes:
+            yield m.rope(fhw, torch.device("cpu"))
+
+    def exact(original, patched):
+        for fhw in sizes:
+            got = patched.rope(fhw, device=torch.device("cpu"))[0, 0]
+            cos, sin = reference.axial_rope(fhw, (16, 16, 16), 500.0, (0, 1, 2),
+                                            [np.arange(n) for n in fhw])  # fmt: skip
+            _exact(got.real, cos[:, ::2])
+            _exact(got.imag, sin[:, ::2])
+
+    check_patch_contract(_root(module), {"rope": "SanaWMRotaryPosEmbed"}, outputs, exact)
 
 
 @pytest.mark.parametrize("cast_first", [False, True])

@@ -57,6 +57,16 @@ def modules(x: torch.Tensor) -> torch.Tensor:
     return y + z.mean() + k.mean()
 
 
+def options_declared_once(x: torch.Tensor) -> None:
+    """Keywords gathered in a RotaryOptions or GridOptions keep the return type precise."""
+    options: posenc.RotaryOptions = {"base": 5e5, "scaling": {"rope_type": "linear", "factor": 2}}
+    assert_type(posenc.rope(np.arange(16), 128, **options)[0], Floats)
+    assert_type(posenc.rope(x, 128, **options)[0], torch.Tensor)
+    grid: posenc.GridOptions = {"base": 256.0, "axes_dim": (16, 56, 56), "layout": "interleaved"}
+    assert_type(posenc.rope_grid((3, 4, 5), 128, **grid)[0], Floats)
+    assert_type(posenc.rope_grid((3, 4, 5), 128, dtype=torch.float32, **grid)[0], torch.Tensor)
+
+
 def custom_preset() -> None:
     enc = posenc.Encoding(layout="halves", base=500.0, shift=1.0, widths="floor")
     mine = posenc.Preset("mine", "my lab", "halves, base 500", enc)
@@ -70,6 +80,7 @@ def main() -> None:
     numpy_in_numpy_out()
     torch_in_torch_out(torch.zeros(1))
     assert modules(torch.zeros(2, 10, 64)).shape == (2, 10, 64)
+    options_declared_once(torch.arange(16))
     custom_preset()
 
 

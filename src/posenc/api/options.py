@@ -48,7 +48,7 @@ class GridOptions(TypedDict, total=False):
     """
 
     base: float | None
-    scaling: dict[str, Any] | Sequence[dict[str, Any] | None] | None
+    scaling: Mapping[str, object] | Sequence[Mapping[str, object] | None] | None
     layout: str | None
     axes_dim: tuple[int, ...] | None
     axes_scale: tuple[float, ...] | None

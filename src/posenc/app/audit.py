@@ -17,16 +17,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from posenc.app.audit_diffusers import diffusers_findings
 from posenc.app.audit_fields import check_fields
 from posenc.app.audit_figures import torch_missing
-from posenc.app.audit_models import (
-    Finding,
-    diffusers_findings,
-    is_timm,
-    timm_findings,
-    transformers_findings,
+from posenc.app.audit_models import Finding, is_timm, timm_findings, transformers_findings
+from posenc.app.audit_patch import (
+    LEARNED_NOTE,
+    PatchView,
+    apply_view,
+    as_read,
+    patch_view,
+    unbuilt,
 )
-from posenc.app.audit_patch import LEARNED_NOTE, PatchView, apply_view, as_read, patch_view
 from posenc.app.audit_vision import Size, timm_vision_findings, vision_findings
 from posenc.errors import PosencError
 
@@ -161,13 +163,16 @@ def audit(path: Path, size: Size | None = None) -> tuple[list[Finding], list[str
             found, said = apply_view(found, view)
             notes += [f"{component}: read as {view.how}", *(f"{component}: {s}" for s in said)]
         elif view is not None:
+            found = unbuilt(found)
             notes.append(f"{component}: the config alone ({view})")
         if not found:
             why = "none measured from its config: patch's report below" if reported else UNKNOWN
+            if isinstance(view, str) and not reported:
+                why += f" in its config alone ({view})"
             skipped.append(f"{component} ({_what(cfg)}): {why}")
         findings += found
     if not findings and not any("patch's report below" in s for s in skipped):
-        known = all(s.endswith(UNKNOWN) for s in skipped)
+        known = all(UNKNOWN in s for s in skipped)
         raise PosencError(
             f"{str(path)!r}: {'not recognised' if known else 'not audited'}: {'; '.join(skipped)}"
         )

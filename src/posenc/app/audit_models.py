@@ -1,6 +1,7 @@
 """What ``posenc audit`` recognises in a model's config: each positional encoding a
-transformers or diffusers model computes, as a :class:`Finding` (where it is, its posenc
-equivalent, the positions to measure, the fix, and how to compute its figures).
+transformers or timm model computes, as a :class:`Finding` (where it is, its posenc
+equivalent, the positions to measure, the fix, and how to compute its figures); diffusers'
+in :mod:`posenc.app.audit_diffusers` and :mod:`posenc.app.audit_vision`.
 
 Configs are read as plain JSON dicts: neither transformers nor diffusers is imported.
 Transformers rotary configs go through :func:`posenc.compat.transformers.read_config` (a
@@ -18,13 +19,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
-
 from posenc.app import audit_figures as fig
 from posenc.errors import PosencError
 from posenc.spec.families import FAMILIES
 from posenc.spec.families.base import TimmAudit
-from posenc.spec.presets.sinusoidal import DIFFUSERS_2D, MAE, MARIAN, TIMESTEP, WHISPER
+from posenc.spec.presets.sinusoidal import MAE, MARIAN, WHISPER
 from posenc.spec.scaling import RULES
 
 PATCH = "posenc.torch.patch(model)"
@@ -85,8 +84,16 @@ def transformers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
 
 
 def _has_rotary(cfg: dict[str, Any], own: bool = False) -> bool:
+    """The config (or its ``text_config``) is of a rotary model: it has rope fields, or its
+    ``model_type`` is a rotary family ``from_hf`` reads (a Llama-2 config has neither
+    ``rope_theta`` nor ``rope_scaling``: transformers reads default RoPE, base 10000)."""
     if any(cfg.get(k) is not None for k in ROTARY_KEYS):
         return True
+    if not fig.torch_missing():  # from_hf's families are torch code
+        from posenc.compat import transformers as hf
+
+        if cfg.get("model_type") in hf.FAMILIES:
+            return True
     text = cfg.get("text_config")
     return not own and isinstance(text, dict) and _has_rotary(text)
 
@@ -103,6 +110,11 @@ def _modern(cfg: dict[str, Any]) -> dict[str, Any]:
         return out
     rp = dict(out.get("rope_scaling") or {})
     theta = out.get("rope_theta", out.get("rotary_emb_base"))
+    if theta is None and not fig.torch_missing():  # the config class's default (Llama-2's)
+        from posenc.compat import transformers as hf
+
+        family = hf.FAMILIES.get(str(out.get("model_type")))
+        theta = None if family is None else family.theta
     if theta is not None:
         rp.setdefault("rope_theta", theta)
     if "type" in rp and "rope_type" not in rp:
@@ -325,132 +337,6 @@ def _mae(cfg: dict[str, Any], component: str) -> Finding:
         needs_torch=False,
         measure=measure,
     )
-
-
-# --- diffusers ---------------------------------------------------------------------------------
-
-
-def timestep(
-    component: str,
-    where: str,
-    dim: int,
-    flip: bool,
-    shift: float,
-    t: np.ndarray,
-    words: str,
-    alternative: str | None = None,
-) -> Finding:
-    """diffusers ``Timesteps(dim, flip_sin_to_cos, downscale_freq_shift)`` at timesteps ``t``."""
-    options = {"flip_sin_to_cos": bool(flip), "downscale_freq_shift": shift}
-
-    def measure() -> tuple[float | None, float | None, str | None]:
-        return fig.timestep_figure(dim, options, t), None, None
-
-    return Finding(
-        component,
-        where,
-        f"timestep, d={dim}",
-        _call("posenc.encode", "t", dim, preset=TIMESTEP.name, **options),
-        float(np.max(t)),
-        words,
-        "diffusers get_timestep_embedding, float32 (compat='original')",
-        PATCH,
-        alternative,
-        "computed per call in float32, then cast: no bf16 buffer",
-        measure=measure,
-    )
-
-
-def patch_grid(component: str, side: int, dim: int, base_size: float, scale: float) -> Finding:
-    """diffusers ``PatchEmbed``'s ``pos_embed`` buffer (``get_2d_sincos_pos_embed``)."""
-
-    def measure() -> tuple[float | None, float | None, str | None]:
-        a, b = fig.patch_grid_figures(side, dim, base_size, scale)
-        return a, b, None
-
-    pos = (side - 1) / (side / base_size) / scale
-    return Finding(
-        component,
-        "pos_embed.pos_embed",
-        f"2D sin-cos diffusers-2d, {side}x{side}, d={dim}",
-        _call(
-            "posenc.grid",
-            (side, side),
-            dim,
-            preset=DIFFUSERS_2D.name,
-            base_size=base_size,
-            interpolation_scale=scale,
-        ),
-        pos,
-        f"all {side}x{side} cells",
-        "diffusers get_2d_sincos_pos_embed: float32 positions, float64 sin/cos, float32 buffer",
-        PATCH,
-        needs_torch=False,
-        measure=measure,
-    )
-
-
-DDPM_T = np.arange(1000.0)
-DDPM_WORDS = "timesteps 0…999 (1000 training steps)"
-FLOW_T = np.arange(0.0, 1000.25, 0.25)
-FLOW_WORDS = "t = 1000 sigma: 0…1000 in steps of 0.25"
-
-
-def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
-    """The encodings of a diffusers model config (``_class_name``); [] when none is
-    recognised: a UNet's timestep embedding, a patch transformer's ``pos_embed`` grid and
-    timestep embedding (DiT, PixArt, SD3). The rotary families (FLUX's included) are
-    :mod:`posenc.app.audit_vision`'s."""
-    name = str(cfg.get("_class_name", ""))
-    out: list[Finding] = []
-    channels = cfg.get("block_out_channels")
-    if "time_embedding_type" in cfg or name.startswith("UNet"):
-        if cfg.get("time_embedding_type", "positional") == "positional" and channels:
-            d, flip = int(channels[0]), bool(cfg.get("flip_sin_to_cos", True))
-            shift = cfg.get("freq_shift", 0)
-            alt = _call(
-                "model.time_proj = posenc.torch.Timesteps",
-                d,
-                flip_sin_to_cos=flip,
-                downscale_freq_shift=shift,
-            )
-            out.append(timestep(component, "time_proj", d, flip, shift, DDPM_T, DDPM_WORDS, alt))
-        return out
-    heads, head_dim = cfg.get("num_attention_heads"), cfg.get("attention_head_dim")
-    patch, size = cfg.get("patch_size"), cfg.get("sample_size")
-    if not (heads and head_dim and patch and size and cfg.get("in_channels")):
-        return out
-    size = size[0] if isinstance(size, list | tuple) else size
-    inner, base = int(heads) * int(head_dim), int(size) // int(patch)
-    sd3 = name.startswith("SD3") or cfg.get("pos_embed_max_size")
-    if sd3:
-        side, scale = int(cfg.get("pos_embed_max_size") or base), 1.0
-    elif name.startswith("DiT"):
-        side, scale = base, 1.0
-    else:
-        side, scale = base, float(cfg.get("interpolation_scale") or max(int(size) // 64, 1))
-    out.append(patch_grid(component, side, inner, base, scale))
-    if sd3:
-        out.append(
-            timestep(component, "time_text_embed.time_proj", 256, True, 0, FLOW_T, FLOW_WORDS)
-        )
-    elif cfg.get("norm_type") == "ada_norm_single" or name.startswith("PixArt"):
-        out.append(
-            timestep(component, "adaln_single.emb.time_proj", 256, True, 0, DDPM_T, DDPM_WORDS)
-        )
-    elif cfg.get("norm_type") == "ada_norm_zero" or name.startswith("DiT"):
-        out.append(
-            timestep(
-                component,
-                "transformer_blocks.*.norm1.emb.time_proj",
-                256,
-                True,
-                1,
-                DDPM_T,
-                DDPM_WORDS,
-            )
-        )
-    return out
 
 
 # --- timm --------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from posenc.app.audit_models import Finding
 
@@ -204,11 +204,23 @@ def _fixed(f: Finding, rows: list[Any]) -> Finding:
         return replace(f, fix=f"{NO_FIX}: {notes}" if notes else NO_FIX, alternative=None)
     paths = ", ".join(f"model.{r.path}" for r in replaced)
     alternative = f.alternative
-    if alternative is not None and ".rotary_emb = " in alternative:  # the module's own path
+    if _placed(alternative):  # at the module's own paths
         rest = alternative.split(" = ", 1)[1]
         alternative = "; ".join(f"model.{r.path} = {rest}" for r in replaced)
     fix = f"{f.fix} (replaces {paths})" if "posenc.torch.patch" in f.fix else f.fix
     return replace(f, fix=fix, alternative=alternative)
+
+
+def unbuilt(findings: list[Finding]) -> list[Finding]:
+    """The findings of a config read alone: where its rotary module sits is not known there
+    (``model.model.rotary_emb`` is Llama's, ``model.gpt_neox.rotary_emb`` GPT-NeoX's), so no
+    assignment to it is offered."""
+    return [replace(f, alternative=None) if _placed(f.alternative) else f for f in findings]
+
+
+def _placed(alternative: str | None) -> TypeGuard[str]:
+    """An assignment to a rotary module, its path written from the family's usual one."""
+    return alternative is not None and ".rotary_emb = " in alternative
 
 
 def _line(row: Any) -> str:

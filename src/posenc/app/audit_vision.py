@@ -20,7 +20,8 @@ import numpy as np
 
 from posenc.api.rope_grid import rope_grid
 from posenc.app import audit_figures as fig
-from posenc.app.audit_models import FLOW_T, FLOW_WORDS, PATCH, Finding, _call, timestep
+from posenc.app.audit_diffusers import FLOW_T, FLOW_WORDS, timestep
+from posenc.app.audit_models import PATCH, Finding, _call
 from posenc.errors import NotHeld
 from posenc.spec.extrapolation import intrinsic_pair, riflex_period
 from posenc.spec.families import FAMILIES, trained_of
@@ -121,8 +122,9 @@ def _ids_findings(
 ) -> list[Finding]:
     audit = VISION.get(name) or VISION["FluxTransformer2DModel"]  # a FLUX config without a name
     own = audit.preset.rotary  # the config's values, else the family's defaults
-    axes = tuple(int(a) for a in cfg.get("axes_dims_rope") or own["axes_dim"])
-    theta = float(cfg.get("rope_theta") or own["base"])
+    kw = audit.keywords(cfg)
+    axes = tuple(int(a) for a in kw.get("axes_dim") or own["axes_dim"])
+    theta = float(kw.get("base") or own["base"])
     out = [axial(component, axes, theta, audit.grid[0], audit, size)]
     if name in ("FluxTransformer2DModel", ""):  # FLUX.1's own timestep embedding
         where = "time_text_embed.time_proj" + (

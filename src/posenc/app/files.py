@@ -12,9 +12,9 @@ import contextlib
 import json
 import os
 import pickle
+import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,15 +112,24 @@ def atomic(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``, renamed onto it only when the block succeeds; on any
     failure or signal the temporary file is removed."""
     mode = _mode_for(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(fd)
+    tmp: Path | None = None  # named before the file exists: a signal at any point leaves none
     try:
-        yield Path(tmp)
+        for _ in range(100):
+            tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.part"
+            try:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                break
+            except FileExistsError:  # another's: not ours to remove
+                tmp = None
+        if tmp is None:
+            raise FileExistsError(f"no free temporary name beside {str(path)!r}")
+        yield tmp
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         raise
 
 

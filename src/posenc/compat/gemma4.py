@@ -5,9 +5,10 @@
 Both modules hold the float32 ladder ``1 / base ** (arange(0, d/2, 2) / (d/2))`` (``d/4``
 frequencies), take ``[B, N, 2]`` ``(x, y)`` patch ids, multiply each axis's float32 ids by the
 ladder in float32 (transformers elementwise, timm as a ``[F, 1] @ [1, N]`` matmul: one product
-per entry, the same rounding), take cos and sin, and lay them out ``[x | x][y | y]``: halves
-inside each axis block (posenc's ``"block-halves"`` with ``blocks=2``). One replay serves both,
-bit for bit on CPU torch (checked against each in the tests).
+per entry, the same rounding, except that an ambient autocast lowers timm's matmul), take cos
+and sin, and lay them out ``[x | x][y | y]``: halves inside each axis block (posenc's
+``"block-halves"`` with ``blocks=2``). One replay serves both, bit for bit on CPU torch
+(checked against each in the tests).
 """
 
 from __future__ import annotations
@@ -26,11 +27,18 @@ def inv_freq(dim: int, base: float) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial))
 
 
-def ids_tables(ids: torch.Tensor, inv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def ids_tables(
+    ids: torch.Tensor, inv: torch.Tensor, *, matmul: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The modules' ``forward(x, position_ids)`` before the cast to ``x``'s dtype: ``ids``
     ``[..., 2]`` (x, y), ``inv`` the buffer as it is now (upcast to float32 as both do);
-    float32 ``(cos, sin)`` ``[..., 4 * len(inv)]``, laid out ``[x | x][y | y]``."""
-    freqs = ids[..., None].float() * inv.to(device=ids.device, dtype=torch.float)
+    float32 ``(cos, sin)`` ``[..., 4 * len(inv)]``, laid out ``[x | x][y | y]``.
+
+    ``matmul``: timm's product, a matmul of inner size 1 (the same bits as transformers'
+    elementwise product, except under an ambient autocast, which lowers timm's matmul and not
+    transformers' product)."""
+    pos, inv = ids[..., None].float(), inv.to(device=ids.device, dtype=torch.float)
+    freqs = pos @ inv[None, :] if matmul else pos * inv
 
     def recompose(f: torch.Tensor) -> torch.Tensor:
         fx, fy = f[..., 0, :], f[..., 1, :]

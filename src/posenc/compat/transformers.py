@@ -105,7 +105,9 @@ class Family:
     with these default sections, ``interleave``: Qwen3-VL's round robin; ``float32``: the
     tables stay float32 whatever ``x``'s dtype (OLMo), instead of following it;
     ``per_layer``: one module holds a set of tables per layer type (``rope_parameters``
-    keyed by ``config.layer_types``), and its forward takes ``layer_type`` (Gemma 3)."""
+    keyed by ``config.layer_types``), and its forward takes ``layer_type`` (Gemma 3);
+    ``theta``: the ``rope_theta`` its config class defaults to, which a config.json without
+    one is read with (Meta's Llama-2: none, ``"rope_scaling": null``; per layer type: None)."""
 
     form: str
     partial: bool = False
@@ -113,6 +115,7 @@ class Family:
     interleave: bool = False
     float32: bool = False
     per_layer: bool = False
+    theta: float | None = 10000.0
     checked: bool = False
     """Taken for a module only once its tables were seen to be this form's (``STANDARD``): a
     key of the model's own in ``rope_parameters`` (``ignore_keys_at_rope_validation``) that
@@ -125,7 +128,6 @@ FAMILIES: dict[str, Family] = {
         (
             "llama",
             "mistral",
-            "mixtral",
             "qwen2",
             "qwen2_moe",
             "qwen3",
@@ -135,20 +137,25 @@ FAMILIES: dict[str, Family] = {
             "granite",
             "deepseek_v3",
             "starcoder2",
-            "smollm3",
         ),
         _HALVES,
     ),
+    "mixtral": Family("halves", theta=1e6),
+    "smollm3": Family("halves", theta=2e6),
     **dict.fromkeys(("olmo", "olmo2"), Family("halves", float32=True)),
     **dict.fromkeys(("gpt_neox", "phi", "phi3", "stablelm", "persimmon"), _PARTIAL),
-    **dict.fromkeys(("cohere", "cohere2"), Family("interleaved")),
-    "gpt_oss": Family("compact"),
-    **dict.fromkeys(("llama4_text", "deepseek_v2"), Family("complex")),
-    **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text"), Family("halves", sections=(16, 24, 24))),
-    "qwen3_vl_text": Family("halves", sections=(24, 20, 20), interleave=True),
-    **dict.fromkeys(("gemma3_text", "gemma3n_text"), Family("halves", per_layer=True)),
-    "gemma4_text": Family("halves", per_layer=True),  # per-layer head dims, proportional
-    "olmo3": Family("halves", float32=True, per_layer=True),
+    "cohere": Family("interleaved", theta=5e5),
+    "cohere2": Family("interleaved"),
+    "gpt_oss": Family("compact", theta=1.5e5),
+    "llama4_text": Family("complex", theta=5e5),
+    "deepseek_v2": Family("complex"),
+    **dict.fromkeys(
+        ("qwen2_vl_text", "qwen2_5_vl_text"), Family("halves", sections=(16, 24, 24), theta=1e6)
+    ),
+    "qwen3_vl_text": Family("halves", sections=(24, 20, 20), interleave=True, theta=5e5),
+    **dict.fromkeys(("gemma3_text", "gemma3n_text"), Family("halves", per_layer=True, theta=None)),
+    "gemma4_text": Family("halves", per_layer=True, theta=None),  # per-layer head dims
+    "olmo3": Family("halves", float32=True, per_layer=True, theta=None),
 }
 """The model families whose rotary modules ``RotaryEmbedding.from_hf`` reproduces (each one
 checked bit for bit against transformers 5.23 in the tests), by ``config.model_type``."""

@@ -33,16 +33,24 @@ class Gemma4VisionRope(_Tracked):
         dim: the head dimension (a multiple of 4).
         base: ``rope_theta`` (100).
         compat: repeat the originals' arithmetic.
+        library: whose module it replaces, ``"transformers"`` or ``"timm"``.
         dtype: the dtype of the original's ``inv_freq`` buffer now.
         device: the original's device.
     """
 
     def __init__(
-        self, dim: int, base: float, *, compat: bool, dtype: torch.dtype, device: Any
+        self,
+        dim: int,
+        base: float,
+        *,
+        compat: bool,
+        dtype: torch.dtype,
+        device: Any,
+        library: str = "transformers",
     ) -> None:
         super().__init__(device=device, dtype=torch.float32)
         rope([[0, 0]], dim, preset=PRESET, base=base)  # refuses what posenc cannot do
-        self.dim, self.base, self.compat = dim, float(base), compat
+        self.dim, self.base, self.compat, self.library = dim, float(base), compat, library
         self.head_dim, self.rope_theta = dim, float(base)  # timm's attribute names
         if dtype != torch.float32:
             self.to(dtype)
@@ -59,7 +67,7 @@ class Gemma4VisionRope(_Tracked):
         with torch.no_grad():
             if self.compat:
                 inv = original.inv_freq(self.dim, self.base).to(self._dtype).to(x.device)
-                cos, sin = original.ids_tables(ids, inv)
+                cos, sin = original.ids_tables(ids, inv, matmul=self.library == "timm")
                 return cos.to(x.dtype), sin.to(x.dtype)
             out = x.dtype if x.dtype.is_floating_point else torch.float32
             cos, sin = rope(ids, self.dim, preset=PRESET, base=self.base, dtype=out)

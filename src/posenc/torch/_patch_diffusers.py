@@ -28,6 +28,7 @@ from posenc.spec.families import flux
 from posenc.spec.presets.sinusoidal import DIFFUSERS_2D, VASWANI
 from posenc.torch import (
     _patch_diffusers_gathered,
+    _patch_diffusers_halves,
     _patch_diffusers_ids,
     _patch_diffusers_kandinsky,
     _patch_diffusers_ltx2,
@@ -305,35 +306,32 @@ def patch_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 # ---------------------------------------------------------------------------------------------
 # FLUX's axial rotary tables
 
-FLUX_FORMS = {
-    "FluxPosEmbed": False,
-    "LongCatImagePosEmbed": False,
-    "OvisImagePosEmbed": False,
-    "BriaEmbedND": False,
-    "BriaPosEmbed": False,
-    "BriaFiboEmbedND": False,
-    "Krea2RotaryPosEmbed": False,
-    "Flux2PosEmbed": True,
-    "Flux3PosEmbed": True,
-}
-"""The copies of FLUX's ``FluxPosEmbed``, and whether they read every axis of ``axes_dim``
-(True) or the first ``ids.shape[-1]`` (False, FLUX.1's)."""
-
 
 @by_class(flux.IDS)
 def flux_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """FLUX's ``FluxPosEmbed`` (and its copies), measured at ids ``0 … 1023`` on every axis."""
+    return _flux_found(module, every_axis=False)
+
+
+@by_class(flux.EVERY_AXIS)
+def flux2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
+    """FLUX.2's and FLUX.3's, which read every block of ``axes_dim``: the same."""
+    return _flux_found(module, every_axis=True)
+
+
+def _flux_found(module: nn.Module, *, every_axis: bool) -> Found | None:
     name = type(module).__name__
     m: Any = module
     try:
         theta, axes = m.theta, tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
         return unlike(name, "diffusers")
+    trained = name == flux.IDS.names[0]  # FluxPosEmbed: FLUX.1's training, its preset's
 
     def build(compat: str | None) -> nn.Module | str:
         try:
-            preset = flux.FLUX.name if name == "FluxPosEmbed" else None  # FLUX.1's training
-            return AxialRope(theta, axes, FLUX_FORMS[name], compat, preset)
+            preset = flux.FLUX.name if trained else None
+            return AxialRope(theta, axes, every_axis, compat, preset)
         except PosencError as err:
             return f"not covered: {err}"
 
@@ -403,12 +401,15 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     timesteps,
     patch_embed,
     flux_rope,
+    flux2_rope,
     *_patch_diffusers_rope.RECOGNISERS,
     *_patch_diffusers_ids.RECOGNISERS,
     *_patch_diffusers_video.RECOGNISERS,
     *_patch_diffusers_gathered.RECOGNISERS,
     *_patch_diffusers_ltx2.RECOGNISERS,
     *_patch_diffusers_kandinsky.RECOGNISERS,
+    *_patch_diffusers_halves.RECOGNISERS,
     others,
 )
-"""The diffusers recognisers, in the order they are asked (the first answer wins)."""
+"""The diffusers recognisers: those by class found by the index, those by form asked in this
+order (the catch-all ``others`` last)."""

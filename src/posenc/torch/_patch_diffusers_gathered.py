@@ -37,7 +37,7 @@ def lumina2_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         lens = tuple(int(n) for n in m.axes_lens)
         dtype = m.freqs_cis[0].dtype
     except (AttributeError, TypeError, ValueError, IndexError):
-        return unlike("Lumina2RotaryPosEmbed", "diffusers")
+        return unlike(name, "diffusers")
     if dtype not in (torch.complex64, torch.complex128) or len(axes) != len(lens):
         return left_alone(name, f"not covered: its tables are {dtype}, not complex")
     mode = "diffusers" if dtype == torch.complex128 else "diffusers-mps"

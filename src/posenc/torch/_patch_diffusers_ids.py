@@ -1,7 +1,7 @@
 """The recognisers of diffusers' rotary modules of FLUX-style id tables of other families
 (HiDream, PRX, Ernie-Image), for :func:`posenc.torch.patch`; their stand-ins are in
 ``_ids_rope.py``. The exact copies of FLUX's ``FluxPosEmbed`` (Bria, Bria-FIBO, Krea2) are
-``FLUX_FORMS`` of ``_patch_diffusers.py``."""
+``flux_rope`` and ``flux2_rope`` of ``_patch_diffusers.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from posenc.spec.families import flux
 from posenc.torch._ids_rope import ErnieRope, MatrixRope
 from posenc.torch._patching import Found, Recogniser, by_class, unlike
 
-MATRIX_FORMS = {"HiDreamImageEmbedND": 2, "PRXEmbedND": 1}
+MATRIX_FORMS = {flux.HIDREAM_CLASS: 2, flux.PRX_CLASS: 1}
 """BFL's ``rope`` restated (rotation matrices per pair), and where each inserts the head axis."""
 
 ROWS = 1024
@@ -62,7 +62,7 @@ def ernie_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     try:
         dim, theta, axes = int(m.dim), m.theta, tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
-        return unlike("ErnieImageEmbedND3", "diffusers")
+        return unlike(name, "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         try:

@@ -81,8 +81,8 @@ def wan_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
 @by_class(hunyuan_video.VIDEO)
 def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """HunyuanVideo's rotary module (float32, computed per call), measured over the rows of a
-    720p, 129-frame video (33 x 45 x 80 patches), one axis at a time."""
+    """HunyuanVideo's rotary module (float32, computed per call), measured over the rows of
+    the grid its record says it runs at (33 x 45 x 80 patches), one axis at a time."""
     name = type(module).__name__
     m: Any = module
     try:
@@ -107,10 +107,11 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
         except PosencError as err:
             return f"not covered: {err}"
 
+    frames, rows, columns = hunyuan_video.VIDEO_GRID
     probes = [
-        torch.zeros(1, 1, 33 * p_t, p, p),
-        torch.zeros(1, 1, p_t, 45 * p, p),
-        torch.zeros(1, 1, p_t, p, 80 * p),
+        torch.zeros(1, 1, frames * p_t, p, p),
+        torch.zeros(1, 1, p_t, rows * p, p),
+        torch.zeros(1, 1, p_t, p, columns * p),
     ]
 
     def run(mod: nn.Module) -> list[Tensor]:
@@ -123,7 +124,8 @@ def hunyuan_video_rope(path: str, module: nn.Module, root: nn.Module) -> Found |
         build,
         numbers=lambda: run(module),
         probe=run,
-        note="max diff over 33 frames, 45 rows, 80 columns (720p, 129 frames)",
+        note=f"max diff over {frames} frames, {rows} rows, {columns} columns "
+        f"({hunyuan_video.VIDEO_RUN})",
     )
 
 
@@ -138,7 +140,7 @@ def cosmos_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         ntk = (float(m.t_ntk_factor), float(m.h_ntk_factor), float(m.w_ntk_factor))
         patch, base_fps, largest = tuple(m.patch_size), float(m.base_fps), max(m.max_size)
     except (AttributeError, TypeError, ValueError):
-        return unlike("CosmosRotaryPosEmbed", "diffusers")
+        return unlike(name, "diffusers")
     bases = tuple(10000.0 * f for f in ntk)  # diffusers' own float: 10000.0 * factor
 
     def build(compat: str | None) -> nn.Module | str:
@@ -189,7 +191,7 @@ def qwen_image_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     try:
         theta, axes, scale = float(m.theta), tuple(int(d) for d in m.axes_dim), bool(m.scale_rope)
     except (AttributeError, TypeError, ValueError):
-        return unlike("QwenEmbedRope", "diffusers")
+        return unlike(name, "diffusers")
     if len(axes) != 3:
         return left_alone(name, f"not covered: axes_dim {axes} is not three axes")
 
@@ -221,7 +223,7 @@ def ltx_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         bases = (float(m.base_num_frames), float(m.base_height), float(m.base_width))
         patch = (int(m.patch_size_t), int(m.patch_size), int(m.patch_size))
     except (AttributeError, TypeError, ValueError):
-        return unlike("LTXVideoRotaryPosEmbed", "diffusers")
+        return unlike(name, "diffusers")
 
     def build(compat: str | None) -> nn.Module | str:
         if compat is not None and (bases != LTX_BASES or patch != (1, 1, 1)):

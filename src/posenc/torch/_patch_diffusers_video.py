@@ -49,8 +49,8 @@ from posenc.torch._video_rope_complex import AnyFlowCausalRope, AnyFlowRope, San
 @by_class(hunyuan_video.GRIDS)
 def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """HunyuanImage-2.1's rotary module (float32, computed per call) and Motif-Video's (float64
-    frequencies), measured on a 2048 x 2048 image (64 x 64 patches) and a 1280 x 768 one, or a
-    33 x 45 x 80 video grid (three axes)."""
+    frequencies), measured on the grids their record says they run at (a 2048 x 2048 image, 64
+    x 64 patches, and a 1280 x 768 one; a video: HunyuanVideo's 33 x 45 x 80)."""
     name = type(module).__name__
     m: Any = module
     motif = name.startswith("Motif")
@@ -64,7 +64,8 @@ def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
         axes, theta = tuple(int(d) for d in m.rope_dim), float(m.theta)
     except (AttributeError, TypeError, ValueError):
         return unlike(name, "diffusers")
-    sides = [(64, 64), (24, 40)] if len(patch) == 2 else [(33, 45, 80)]
+    image = [hunyuan_video.IMAGE_GRID, (24, 40)]
+    sides = image if len(patch) == 2 else [hunyuan_video.VIDEO_GRID]
     probes = [torch.zeros(1, 1, *(n * p for n, p in zip(s, patch, strict=True))) for s in sides]
 
     def run(mod: nn.Module) -> list[Tensor]:
@@ -87,7 +88,7 @@ def hunyuan_grid_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
 def framepack_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Framepack's rotary module (HunyuanVideo's float32 tables at given frame indices),
     measured over frames 0 … 36 of a 45 x 80 patch grid."""
-    name = "HunyuanVideoFramepackRotaryPosEmbed"
+    name = type(module).__name__
     m: Any = module
     try:
         p, p_t, theta = int(m.patch_size), int(m.patch_size_t), float(m.theta)
@@ -116,7 +117,7 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
     """ChronoEdit's rotary module: Wan's float32 buffers of rows ``0 … max_seq_len - 1`` per
     axis (float64 angles; float32 on a host with MPS), measured whole. It keeps no theta: the
     one whose tables its buffers hold bit for bit (:func:`readable_theta`)."""
-    name = "ChronoEditRotaryPosEmbed"
+    name = type(module).__name__
     m: Any = module
     try:
         dim, patch, rows = int(m.attention_head_dim), tuple(m.patch_size), int(m.max_seq_len)
@@ -180,7 +181,7 @@ def chronoedit_rope(path: str, module: nn.Module, root: nn.Module) -> Found | No
 def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """EasyAnimate's rotary module (CogVideoX's float32 crop grids), measured on 13 latent
     frames of 512 x 512 and 720 x 1280 videos."""
-    name = "EasyAnimateRotaryPosEmbed"
+    name = type(module).__name__
     m: Any = module
     try:
         p, dim = int(m.patch_size), int(m.rope_dim)
@@ -201,7 +202,7 @@ def easyanimate_rope(path: str, module: nn.Module, root: nn.Module) -> Found | N
     )
 
 
-QWEN_VARIANTS = {"QwenEmbedLayer3DRope": "layered", "NucleusMoEEmbedRope": "nucleus"}
+QWEN_VARIANTS = {qwen_image.LAYERED: "layered", qwen_image.NUCLEUS: "nucleus"}
 
 
 @by_class(qwen_image.VARIANTS)
@@ -239,7 +240,7 @@ def qwen_variant_rope(path: str, module: nn.Module, root: nn.Module) -> Found | 
 def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Qwen-Image 2.1's rotary module (complex64 rows of positions -1024 … 8191), measured on
     a sequence of 64 text tokens, a 1328 x 1328 image (83 x 83 tokens) and 32 text tokens."""
-    name = "QwenImage21Rope"
+    name = type(module).__name__
     m: Any = module
     try:
         theta, axes = float(m.theta), tuple(int(d) for d in m.axes_dim)
@@ -268,7 +269,7 @@ def qwen21_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 def helios_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """Helios's rotary module (HunyuanVideo's float32 tables at given frame indices, cos then
     sin channels first), measured over frames 0 … 20 of a 30 x 52 patch grid (480p)."""
-    name = "HeliosRotaryPosEmbed"
+    name = type(module).__name__
     m: Any = module
     try:
         axes, theta = (int(m.DT), int(m.DY), int(m.DX)), float(m.theta)
@@ -380,7 +381,7 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     704 x 1280)."""
     name = type(module).__name__
     m: Any = module
-    vae = name == "MiniMaxH3VideoRotaryPosEmbed"
+    vae = name == minimax_h3.VAE
     try:
         inv: Tensor = m.inv_freq
         n = int(inv.numel()) if vae else int(m.rope_freq_dim)
@@ -435,7 +436,7 @@ def minimax_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 def anyflow_far_rope(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     """AnyFlow FAR's rotary module (complex128; compressed context frames pooled), measured on
     a 21-frame 480p video (30 x 52 patches, 15 x 26 compressed), 12 frames compressed."""
-    name = "AnyFlowCausalRotaryPosEmbed"
+    name = type(module).__name__
     m: Any = module
     try:
         dim, rows, theta = int(m.attention_head_dim), int(m.max_seq_len), float(m.theta)

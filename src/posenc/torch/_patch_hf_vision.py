@@ -46,7 +46,7 @@ from posenc.spec.families.qwen2_vl_vision import QWEN2_VL_VISION
 from posenc.spec.families.sam import SAM2, SAM3_VIT
 from posenc.torch._gemma4_rope import Gemma4VisionRope
 from posenc.torch._hf_vision_rope import VisionRope
-from posenc.torch._patching import Found, Recogniser, by_class, chunks, left_alone
+from posenc.torch._patching import Found, Recogniser, by_class, chunks, left_alone, library_of
 
 QWEN_GRID = (128, 128)
 """Where a Qwen2-VL-form module is measured (it has no image size): a 1792 x 1792 image in 14
@@ -370,7 +370,12 @@ def gemma4_found(name: str, module: nn.Module, base: Any) -> Found:
     def build(compat: str | None) -> nn.Module | str:
         try:
             return Gemma4VisionRope(
-                dim, theta, compat=compat is not None, dtype=inv.dtype, device=inv.device
+                dim,
+                theta,
+                compat=compat is not None,
+                dtype=inv.dtype,
+                device=inv.device,
+                library=library_of(module),
             )
         except PosencError as err:
             return f"not covered: {err}"

@@ -16,6 +16,7 @@ float32 arithmetic built (``build_sincos2d_pos_embed``, MoCo v3's copy of it) by
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from posenc.torch._patching import (
     Recogniser,
     TableParameter,
     from_library,
+    holds,
     learned,
     left_alone,
 )
@@ -53,13 +55,35 @@ def _prefix(module: Any) -> int:
 
 
 def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
-    """A timm module's ``pos_embed``: learned (left alone) or a fixed sin-cos grid table."""
+    """A timm module's ``pos_embed``: learned (left alone) or a fixed sin-cos grid table; and
+    its other tables named ``pos_embed_*`` (Hiera's ``pos_embed_win``, its video form's
+    ``pos_embed_spatial`` and ``pos_embed_temporal``), left alone."""
     if not from_library(module, "timm"):
         return None
-    saved = module._parameters.get(ATTRIBUTE, module._buffers.get(ATTRIBUTE))
-    if not isinstance(saved, Tensor):
-        return None
-    kind = type(saved).__name__ if isinstance(saved, nn.Parameter) else "buffer"
+    own = {**module._parameters, **module._buffers}
+    others = tuple(
+        left_alone(_kind(t), learned(t) if t.requires_grad else f"a fixed table{_held(t)}", name)
+        for name, t in own.items()
+        if name.startswith(ATTRIBUTE + "_") and isinstance(t, Tensor)
+    )
+    saved = own.get(ATTRIBUTE)
+    found = _pos_embed(module, saved) if isinstance(saved, Tensor) else None
+    if found is None:
+        return replace(others[0], others=others[1:]) if others else None
+    return replace(found, others=others)
+
+
+def _kind(saved: Tensor) -> str:
+    return type(saved).__name__ if isinstance(saved, nn.Parameter) else "buffer"
+
+
+def _held(saved: Tensor) -> str:
+    held = holds(saved)
+    return f" ({held}) posenc has no stand-in for: left alone" if held else ": left alone"
+
+
+def _pos_embed(module: nn.Module, saved: Tensor) -> Found | None:
+    kind = _kind(saved)
     if saved.requires_grad:  # [1, rows, d], or NaFlexViT's [1, H, W, d]
         return left_alone(kind, learned(saved), ATTRIBUTE)
     if saved.ndim != 3:
@@ -155,4 +179,4 @@ def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (pos_embed,)
-"""The timm recognisers, in the order they are asked (the first answer wins)."""
+"""The timm recognisers (by form: asked after the index, in this order)."""

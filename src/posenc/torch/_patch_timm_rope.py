@@ -43,7 +43,7 @@ from posenc.torch._patching import LEARNED, Found, Recogniser, by_class, left_al
 from posenc.torch._timm_mrope import TimmMRopeEmbedding
 from posenc.torch._timm_rope import CAT, PERIODS, TimmRope, TimmRotaryEmbedding
 
-FORMS = {"RotaryEmbeddingCat": "cat", "RotaryEmbedding": "pair"}
+FORMS = {eva.CAT_CLASS: "cat", eva.PAIR_CLASS: "pair"}
 """timm's axial rotary classes and the form of their ``get_embed``: ``cat(sin, cos)`` ``[N, 2 *
 dim]``, or the pair ``(sin, cos)``, each ``[N, dim]``."""
 MEASURED = (32, 32)

@@ -76,6 +76,8 @@ class Found:
             the module itself: a table kept in an ``nn.Parameter`` (its checkpoint key is
             routed to the replacement), or an object that is not a module (Z-Image's
             ``RopeEmbedder``), which the replacement, a module, then registers in its place.
+        others: more tables of the same module, each at its own ``attribute``, left alone
+            (Hiera's ``pos_embed_win`` beside its ``pos_embed``): a row each in the report.
     """
 
     original: str
@@ -85,6 +87,7 @@ class Found:
     probe: Callable[[nn.Module], Iterable[Tensor]] | None = None
     note: str = ""
     attribute: str | None = None
+    others: tuple[Found, ...] = ()
 
 
 Recogniser = Callable[[str, nn.Module, nn.Module], Found | None]

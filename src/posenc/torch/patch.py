@@ -229,6 +229,7 @@ def patch(
             if not path:
                 found = Found(found.original, note="the model itself: patch a module holding it")
         found_at.append((path, module, found))
+        found_at.extend((path, module, other) for other in found.others)
     if scaling is not None:
         _check_scaling(model, found_at, compat, scaling, kept)
     for path, module, found in found_at:

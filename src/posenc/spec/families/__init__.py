@@ -6,7 +6,8 @@ its presets, the rows its original keeps and its ``compat=`` replays, its module
 Everything else is a view of this registry: the image and video presets of
 ``posenc.presets()``, ``compat=``'s dispatch, the classes ``posenc.torch.patch`` indexes,
 ``posenc audit``'s config reading and the docs tables. A new family is one module here (found
-by walking this package) and one test file.
+by walking this package) and one test file, plus, where it has a module class of its own, the
+recogniser of that class's form (``docs/architecture.md``: How to add …).
 
 Examples:
     >>> from posenc.spec.families import FAMILIES, family_of

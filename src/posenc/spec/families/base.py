@@ -253,14 +253,16 @@ def centred(dims: tuple[int, ...]) -> tuple[list[float], list[float]]:
     return [-((n - 1) / 2) * s for n, s in zip(dims, steps, strict=True)], steps
 
 
-def axes(key: str, default: tuple[int, ...], theta: float | None = None) -> Callable[..., Any]:
-    """An :class:`Audit`'s ``keywords``: the blocks a config sets under ``key`` (and its
-    ``rope_theta``, when ``theta`` is the family's default)."""
+def axes(
+    key: str, default: tuple[int, ...], theta: float | None = None, theta_key: str = "rope_theta"
+) -> Callable[..., Any]:
+    """An :class:`Audit`'s ``keywords``: the blocks a config sets under ``key`` (and its base
+    under ``theta_key``, when ``theta`` is the family's default)."""
 
     def read(cfg: Config) -> dict[str, Any]:
         kw: dict[str, Any] = {"axes_dim": tuple(int(a) for a in cfg.get(key) or default)}
         if theta is not None:
-            kw["base"] = float(cfg.get("rope_theta") or theta)
+            kw["base"] = float(cfg.get(theta_key) or theta)
         return kw
 
     return read

@@ -130,7 +130,9 @@ TIMM_PIXEL_LINEAR = RotaryPreset(
 )
 
 
-MODULES = Classes("timm", "RotaryEmbeddingCat", "RotaryEmbedding")
+CAT_CLASS, PAIR_CLASS = "RotaryEmbeddingCat", "RotaryEmbedding"
+"""timm's modules whose ``get_embed`` returns ``cat(sin, cos)`` and the ``(sin, cos)`` pair."""
+MODULES = Classes("timm", CAT_CLASS, PAIR_CLASS)
 
 
 def _eva(arch: str, grid: tuple[int, int]) -> tuple[dict[str, Any], float | None]:
@@ -156,6 +158,10 @@ FAMILY = Family(
         TimmAudit("_rope_", VIT_ROPE),
         TimmAudit("vit_pe_", PERCEPTION_ENCODER, _pe),
     ),
+    unaudited=f"{TIMM_PIXEL.name} and {TIMM_PIXEL_LINEAR.name}: timm's pixel bands "
+    "(in_pixels=True, the layers' default) are built by no architecture timm registers (every "
+    "model of timm 1.0.31 passes in_pixels=False), so no config names one: patch measures "
+    "such a module in a model of one's own",
     docs=(
         Row(
             EVA02,

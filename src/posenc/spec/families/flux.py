@@ -9,7 +9,7 @@ preset=...)`` gives their tables; the patch stand-ins repeat diffusers' own arit
 
 from __future__ import annotations
 
-from posenc.spec.families.base import Audit, Classes, Family, Row, Trained
+from posenc.spec.families.base import Audit, Classes, Family, Row, Trained, axes
 from posenc.spec.presets.base import RotaryPreset
 
 FLUX = RotaryPreset(
@@ -116,32 +116,46 @@ IDS = Classes(
     "BriaPosEmbed",
     "BriaFiboEmbedND",
     "Krea2RotaryPosEmbed",
-    "Flux2PosEmbed",
-    "Flux3PosEmbed",
 )
-"""FluxPosEmbed and its copies: per axis of ids, float64 angles (float32 on MPS/NPU)."""
-MATRICES = Classes("diffusers", "HiDreamImageEmbedND", "PRXEmbedND")
+"""FluxPosEmbed and its copies: per axis of ids, float64 angles (float32 on MPS/NPU), over the
+first ``ids.shape[-1]`` blocks of ``axes_dim`` (FLUX.1's loop)."""
+EVERY_AXIS = Classes("diffusers", "Flux2PosEmbed", "Flux3PosEmbed")
+"""FLUX.2's and FLUX.3's: the same, over every block of ``axes_dim``."""
+HIDREAM_CLASS, PRX_CLASS = "HiDreamImageEmbedND", "PRXEmbedND"
+"""HiDream's module (the head axis at 2) and PRX's (at 1)."""
+MATRICES = Classes("diffusers", HIDREAM_CLASS, PRX_CLASS)
 """Rotation matrices of ids, float64."""
 ERNIE = Classes("diffusers", "ErnieImageEmbedND3")
 """Float32 angles of ids."""
 
 
-def _audit(models: tuple[str, ...], preset: RotaryPreset, module: str) -> Audit:
+def _audit(
+    models: tuple[str, ...],
+    preset: RotaryPreset,
+    module: str,
+    attribute: str = "pos_embed",
+    keys: tuple[str, str] = ("axes_dims_rope", "rope_theta"),
+) -> Audit:
+    """A FLUX-like model's audit: its module at ``attribute``, its blocks and base read from
+    its config under ``keys`` (FLUX's), the preset's where the config has none."""
+    own = preset.rotary
+    keywords = axes(keys[0], tuple(own["axes_dim"]), float(own["base"]), theta_key=keys[1])
     return Audit(
         models,
         preset,
-        f"pos_embed ({module})",
+        f"{attribute} ({module})",
         (128, 128),
         "2048 px images; the config holds no resolution",
         f"diffusers {module}: float64 on CPU/CUDA (exact, rounded once), float32 on MPS/NPU",
         ids=True,
+        keywords=keywords,
     )
 
 
 FAMILY = Family(
     "FLUX",
     (FLUX, FLUX2, FLUX3, KREA2, HIDREAM, PRX, ERNIE_IMAGE),
-    classes=(IDS, MATRICES, ERNIE),
+    classes=(IDS, EVERY_AXIS, MATRICES, ERNIE),
     audits=(
         _audit(("FluxTransformer2DModel", "ChromaTransformer2DModel"), FLUX, "FluxPosEmbed"),
         _audit(("LongCatImageTransformer2DModel",), FLUX, "LongCatImagePosEmbed"),
@@ -151,7 +165,14 @@ FAMILY = Family(
         _audit(("Flux2Transformer2DModel",), FLUX2, "Flux2PosEmbed"),
         _audit(("Flux3Transformer2DModel",), FLUX3, "Flux3PosEmbed"),
         _audit(("Krea2Transformer2DModel",), KREA2, "Krea2RotaryPosEmbed"),
-        _audit(("HiDreamImageTransformer2DModel",), HIDREAM, "HiDreamImageEmbedND"),
+        _audit(("HiDreamImageTransformer2DModel",), HIDREAM, HIDREAM_CLASS, "pe_embedder"),
+        _audit(("PRXTransformer2DModel",), PRX, PRX_CLASS, "pe_embedder", ("axes_dim", "theta")),
+        _audit(
+            ("ErnieImageTransformer2DModel",),
+            ERNIE_IMAGE,
+            ERNIE.names[0],
+            keys=("rope_axes_dim", "rope_theta"),
+        ),
     ),
     trained=(
         Trained(

@@ -51,6 +51,12 @@ FRAMEPACK = Classes("diffusers", "HunyuanVideoFramepackRotaryPosEmbed")
 """Framepack's: HunyuanVideo's tables at given frame indices."""
 
 
+VIDEO_GRID, VIDEO_RUN = (33, 45, 80), "720p, 129 frames"
+"""The latent grid HunyuanVideo is run (and trained) at: what ``patch`` and ``audit`` measure."""
+IMAGE_GRID, IMAGE_RUN = (64, 64), "2048 x 2048 pixels"
+"""HunyuanImage-2.1's."""
+
+
 def _video(cfg: Config) -> dict[str, Any]:
     blocks = tuple(int(a) for a in cfg.get("rope_axes_dim") or (16, 56, 56))
     return {"axes_dim": blocks, "base": float(cfg.get("rope_theta") or 256.0)}
@@ -65,8 +71,8 @@ FAMILY = Family(
             ("HunyuanVideoTransformer3DModel", "HunyuanVideo15Transformer3DModel"),
             HUNYUAN_VIDEO,
             "rope (HunyuanVideoRotaryPosEmbed)",
-            (33, 45, 80),
-            "720p, 129 frames",
+            VIDEO_GRID,
+            VIDEO_RUN,
             "diffusers HunyuanVideoRotaryPosEmbed: float32 angles per call",
             keywords=_video,
             dim=lambda cfg: sum(_video(cfg)["axes_dim"]),
@@ -75,8 +81,8 @@ FAMILY = Family(
             ("HunyuanImageTransformer2DModel",),
             HUNYUAN_IMAGE,
             "rope (HunyuanImageRotaryPosEmbed)",
-            (64, 64),
-            "2048 x 2048 pixels",
+            IMAGE_GRID,
+            IMAGE_RUN,
             "diffusers HunyuanImageRotaryPosEmbed: float32 angles per call",
             pixels=32,
             keywords=axes("rope_axes_dim", (64, 64), 256.0),
@@ -86,7 +92,7 @@ FAMILY = Family(
     trained=(
         Trained(
             HUNYUAN_VIDEO,
-            (33, 45, 80),
+            VIDEO_GRID,
             48,
             "129 frames of 720p; RIFLEx saw its videos repeat at 48 latent frames (pair 4)",
             noise_timestep=1000.0,

@@ -97,9 +97,11 @@ KANDINSKY6 = RotaryPreset(
 )
 
 
-VIDEO = Classes("diffusers", "Kandinsky5RoPE3D", "Kandinsky6RoPE3D", "Kandinsky6SRRoPE3D")
+K5_VIDEO, K6_TEXT = "Kandinsky5RoPE3D", "Kandinsky6RoPE1D"
+"""Kandinsky 5's video module (its tables batched) and Kandinsky 6's text one (scaled)."""
+VIDEO = Classes("diffusers", K5_VIDEO, "Kandinsky6RoPE3D", "Kandinsky6SRRoPE3D")
 """The video tokens' modules."""
-TEXT = Classes("diffusers", "Kandinsky5RoPE1D", "Kandinsky6RoPE1D")
+TEXT = Classes("diffusers", "Kandinsky5RoPE1D", K6_TEXT)
 """The text (and Kandinsky 6's audio) tokens' modules: 1-D over the whole head."""
 
 

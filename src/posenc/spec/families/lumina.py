@@ -97,6 +97,19 @@ FAMILY = Family(
     classes=(LUMINA2_MODULE,),
     audits=(
         Audit(
+            ("LuminaNextDiT2DModel",),
+            LUMINA_NEXT,
+            "pipeline (get_2d_rotary_pos_embed_lumina)",
+            (64, 64),
+            "1024 x 1024 pixels (the pipeline's factor s = 1)",
+            "diffusers get_2d_rotary_pos_embed_lumina: float32 (complex64), computed by the "
+            "pipeline",
+            fix="pipeline",
+            dim=lambda cfg: (
+                int(cfg.get("hidden_size") or 2304) // int(cfg.get("num_attention_heads") or 32)
+            ),
+        ),
+        Audit(
             ("Lumina2Transformer2DModel",),
             LUMINA2,
             "rope_embedder (Lumina2RotaryPosEmbed)",

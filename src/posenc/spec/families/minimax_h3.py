@@ -36,7 +36,9 @@ MINIMAX_H3 = RotaryPreset(
 )
 
 
-MODULES = Classes("diffusers", "MiniMaxH3RotaryPosEmbed", "MiniMaxH3VideoRotaryPosEmbed")
+VAE = "MiniMaxH3VideoRotaryPosEmbed"
+"""The VAE decoder's module (coordinates in [-1, 1), 2 pi times a ladder of base 100)."""
+MODULES = Classes("diffusers", "MiniMaxH3RotaryPosEmbed", VAE)
 """The transformer's module and its VAE decoder's (coordinates in [-1, 1), base 100)."""
 
 FAMILY = Family(

@@ -35,7 +35,9 @@ QWEN_IMAGE = RotaryPreset(
 
 MODULE = Classes("diffusers", "QwenEmbedRope")
 """Qwen-Image's module: complex64 tables of float32 angles."""
-VARIANTS = Classes("diffusers", "QwenEmbedLayer3DRope", "NucleusMoEEmbedRope")
+LAYERED, NUCLEUS = "QwenEmbedLayer3DRope", "NucleusMoEEmbedRope"
+"""Qwen-Image-Layered's module and NucleusMoE-Image's."""
+VARIANTS = Classes("diffusers", LAYERED, NUCLEUS)
 """Qwen-Image-Layered's and NucleusMoE-Image's: Qwen-Image's tables at their positions."""
 V21 = Classes("diffusers", "QwenImage21Rope")
 """Qwen-Image 2.1's: complex64 rows of positions -1024 … 8191."""
