@@ -41,7 +41,9 @@ def check_patch_contract(
     outputs: Callable[[torch.nn.Module, torch.dtype], Iterable[torch.Tensor]],
     exact: Callable[[torch.nn.Module, torch.nn.Module], Any],
     *,
+    left_alone: Sequence[str] = (),
     bf16: bool = True,
+    cast_first: bool = True,
 ) -> Contract:
     """Run the contract on ``model`` (patched in place, exact at the end).
 
@@ -52,28 +54,43 @@ def check_patch_contract(
         outputs: ``(model, dtype) -> tensors`` compared with ``torch.equal`` between the
             unpatched and the compat-patched model (the model's forward, or its positional
             modules' tables on the family's positions, at each size the test names), for
-            activations of ``dtype`` (float32, bfloat16; see ``forward``).
+            activations of ``dtype`` (float32; bfloat16, called under CPU autocast: see
+            ``forward``).
         exact: ``(original, patched) -> None``: asserts the exact model against the family's
-            float64 reference (written in the test, from the formula).
+            float64 reference (written in the test, from the formula); run on the model
+            switched from compat to exact and on a fresh copy patched exact.
+        left_alone: the rows the report leaves alone (learned tables, modules posenc does not
+            cover), as it names them: none else.
         bf16: also compare the model cast to bfloat16, before and after patching.
+        cast_first: with ``bf16``, also patch the model cast first (False where the original
+            cannot be read once cast: Llama 4's complex table, which ``.to()`` makes real).
     """
     original = copy.deepcopy(model)
     report = patch(model, compat="original")
-    _replaced(report, paths, "compat")
+    _replaced(report, paths, "compat", left_alone)
     _twice(model, report, "original")
     _loads(model, original)
     _same(outputs(original, torch.float32), outputs(model, torch.float32))
-    _same(outputs(original, torch.bfloat16), outputs(model, torch.bfloat16))  # bf16 activations
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 activations, and any matmul
+        _same(outputs(original, torch.bfloat16), outputs(model, torch.bfloat16))
     if bf16:
         low = copy.deepcopy(original).to(torch.bfloat16)
         want = list(outputs(low, torch.bfloat16))
-        patch(low, compat="original")  # cast, then patched
-        _same(want, outputs(low, torch.bfloat16))
+        if cast_first:
+            _replaced(patch(low, compat="original"), paths, "compat", left_alone)
+            _same(want, outputs(low, torch.bfloat16))
         _same(want, outputs(copy.deepcopy(model).to(torch.bfloat16), torch.bfloat16))
 
     switched = patch(model)
-    _replaced(switched, paths, "exact")
+    _replaced(switched, paths, "exact", left_alone)
     exact(original, model)
+    fresh = copy.deepcopy(original)  # exact at once, the usual way in
+    direct = patch(fresh)
+    _replaced(direct, paths, "exact", left_alone)
+    assert [(r.path, r.replacement, r.max_diff) for r in direct] == [
+        (r.path, r.replacement, r.max_diff) for r in switched
+    ], (str(direct), str(switched))
+    exact(original, fresh)
 
     _loads(model, original)
     _twice(model, switched, None)
@@ -131,6 +148,8 @@ def forwards(
     """The ``outputs`` of :func:`check_patch_contract` for a model called on each of ``calls``
     (keyword inputs): :func:`forward`'s tensors, call after call."""
 
+    assert calls, "no calls"
+
     def outputs(model: torch.nn.Module, dtype: torch.dtype) -> list[Any]:
         return [t for inputs in calls for t in forward(model, inputs, dtype, method)]
 
@@ -145,6 +164,7 @@ def assert_outputs_close(
 ) -> None:
     """The exact model's float32 outputs within ``atol`` of the original's on each call (the
     float32 noise of the original's tables through the layers)."""
+    assert calls, "no calls"
     for inputs in calls:
         got, want = (
             forward(patched, inputs, torch.float32),
@@ -173,17 +193,25 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(v)
 
 
-def _replaced(report: PatchReport, paths: Sequence[str] | Mapping[str, str], mode: str) -> None:
-    rows = {r.path: r for r in report.replaced}
-    assert sorted(rows) == sorted(paths), str(report)
-    assert all(r.mode == mode for r in rows.values()), str(report)
+def _replaced(
+    report: PatchReport,
+    paths: Sequence[str] | Mapping[str, str],
+    mode: str,
+    left_alone: Sequence[str],
+) -> None:
+    replaced = report.replaced
+    assert sorted(r.path for r in replaced) == sorted(paths), str(report)
+    assert sorted(r.path for r in report.left_alone) == sorted(left_alone), str(report)
+    assert all(r.mode == mode for r in replaced), str(report)
     if isinstance(paths, Mapping):
-        assert {p: rows[p].original for p in paths} == dict(paths), str(report)
+        assert {r.path: r.original for r in replaced} == dict(paths), str(report)
 
 
 def _same(want: Iterable[torch.Tensor], got: Iterable[torch.Tensor]) -> None:
     # each side whole before the other: an ``outputs`` generator that yields inside an
     # autocast scope would otherwise interleave two scopes and leave autocast on
-    for a, b in zip(list(want), list(got), strict=True):
+    want, got = list(want), list(got)
+    assert want, "no outputs to compare"
+    for a, b in zip(want, got, strict=True):
         assert a.dtype == b.dtype, (a.dtype, b.dtype)
         assert torch.equal(a, b)

@@ -618,6 +618,19 @@ def test_without_transformers_a_llama2_config_is_default_rope(tmp_path):
     assert any("the config alone (transformers is not installed)" in n for n in _notes(records))
 
 
+def test_without_torch_a_llama2_config_is_default_rope_unmeasured(tmp_path):
+    """The same config where torch is not installed either: the family's default base, read
+    from the torch-free records, the figures not computed."""
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+           "max_position_embeddings": 4096, "rope_scaling": None}  # fmt: skip
+    proc = _alone(_write(tmp_path / "llama2", cfg), "torch")
+    assert proc.returncode == 0, proc.stderr
+    (record,) = encodings(json.loads(proc.stdout))
+    assert record["encoding"] == "rotary default, base 10000.0"
+    assert record["float32_error"] is None
+    assert "pip install torch" in record["note"]
+
+
 def test_without_transformers_no_module_path_is_guessed(tmp_path):
     """GPT-NeoX's rotary module is ``gpt_neox.rotary_emb``: read alone, the audit offered
     ``model.model.rotary_emb = ...`` (an AttributeError)."""

@@ -169,12 +169,12 @@ def test_learned_timm_frequencies_are_one_line(tmp_path):
     assert_one_line_error(run("audit", str(tmp_path)), "learned frequencies")
 
 
-IDS = {  # class: (module, preset)
-    "Flux2Transformer2DModel": ("Flux2PosEmbed", "flux2"),
-    "Flux3Transformer2DModel": ("Flux3PosEmbed", "flux3"),
-    "Krea2Transformer2DModel": ("Krea2RotaryPosEmbed", "krea2"),
-    "ChromaTransformer2DModel": ("FluxPosEmbed", "flux"),
-    "BriaTransformer2DModel": ("BriaEmbedND", "flux"),
+IDS = {  # class: (where its module sits, preset)
+    "Flux2Transformer2DModel": ("pos_embed (Flux2PosEmbed)", "flux2"),
+    "Flux3Transformer2DModel": ("pos_embed (Flux3PosEmbed)", "flux3"),
+    "Krea2Transformer2DModel": ("rotary_emb (Krea2RotaryPosEmbed)", "krea2"),
+    "ChromaTransformer2DModel": ("pos_embed (FluxPosEmbed)", "flux"),
+    "BriaTransformer2DModel": ("pos_embed (BriaEmbedND)", "flux"),
 }
 
 
@@ -182,10 +182,10 @@ IDS = {  # class: (module, preset)
 def test_id_families_carry_their_own_base_and_axes(tmp_path, name):
     """FLUX's kind: each config's rope_theta and axes, measured on its own ids; FLUX.2's base
     2000 (before: FLUX's 10000 was assumed); no FLUX.1 timestep row for the others."""
-    module, preset = IDS[name]
+    where, preset = IDS[name]
     cfg = _config(name, {})
     (record,) = _audit(tmp_path / name, cfg)
-    assert module in record["where"]
+    assert record["where"] == where
     assert f"preset='{preset}'" in record["equivalent"]
     theta = float(cfg.get("rope_theta") or 10000)
     assert f"base {theta:g}" in record["encoding"]

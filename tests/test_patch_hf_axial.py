@@ -48,6 +48,9 @@ TOWERS = {  # model type: (the rotary module's class, its layout, its grid)
     "inkling2_vision": ("Inkling2VisionRotaryEmbedding", _w_h_interleaved, (12, 17)),
     "minimax_m3_vl": ("MiniMaxM3VLVisionRotaryEmbedding", _t_h_w_twice, (3, 7, 9)),
 }
+LEARNED = {"kimi_k25_vision": ["patch_embed.pos_emb"],
+           "inkling2_vision": ["embeddings.position_embedding"]}  # fmt: skip
+"""The towers' learned position tables, left alone."""
 
 
 def _model(model_type):
@@ -94,7 +97,7 @@ def test_a_tower_of_the_axial_machinery_is_covered(model_type):
         assert err <= np.abs(_tables(theirs, ids)[0].double().numpy() - want).max()
 
     assert path in others
-    check_patch_contract(model, others, outputs, exact)
+    check_patch_contract(model, others, outputs, exact, left_alone=LEARNED.get(model_type, ()))
 
 
 def test_another_ladder_is_left_alone_saying_so():

@@ -69,6 +69,16 @@ def _features_as(model, x, dtype):
     return forward(model, x, dtype, method="forward_features")
 
 
+TRAINED = {  # the models' learned tables, left alone
+    "naflex-axial-ref": ["embeds.pos_embed"],
+    "naflex-dinov3": ["embeds.pos_embed"],
+    "naflex-mrope": ["embeds.pos_embed"],
+    "sam": ["pos_embed"],
+    "sam-ref": ["pos_embed"],
+    "qwen3": ["encoder.pos_embed"],
+}
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_patch_contract(name):
     """compat's outputs identical, the exact tables the float64 ones rounded once and the
@@ -98,7 +108,10 @@ def test_the_patch_contract(name):
             assert torch.isfinite(after).all()
             assert float((after - before).abs().max()) <= 1e-4 * float(before.abs().max())
 
-    contract = check_patch_contract(model, dict.fromkeys(paths, MODELS[name][3]), outputs, exact)
+    classes = dict.fromkeys(paths, MODELS[name][3])
+    contract = check_patch_contract(
+        model, classes, outputs, exact, left_alone=TRAINED.get(name, ())
+    )
     rows = _rows(contract.compat)
     for path in paths:
         assert f"preset={MODELS[name][4]!r}" in rows[path].replacement

@@ -1,6 +1,7 @@
 """What ``posenc audit`` recognises in a diffusers model's config besides the rotary families
 (:mod:`posenc.app.audit_vision`): a UNet's timestep embedding, and the 2D sin-cos ``pos_embed``
-table and timestep embedding of the patch transformers that hold one (DiT, PixArt, SD3), each a
+table and timestep embedding of the patch transformers that hold one (DiT, PixArt, SD3,
+Latte), each a
 :class:`~posenc.app.audit_models.Finding`. Configs are read as plain JSON dicts."""
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ PATCH_GRIDS = {
     "SD3ControlNetModel": "sd3",
     "PixArtTransformer2DModel": "pixart",
     "DiTTransformer2DModel": "dit",
+    "LatteTransformer3DModel": "pixart",
 }
 """The diffusers classes whose ``pos_embed`` is their config's 2D sin-cos table, by their
-timestep's form; no other is guessed from its keys (AuraFlow's table is learned, Sana's absent)."""
+timestep's form; no other is guessed from its keys (AuraFlow's table is learned; Sana's is a
+sin-cos table or none, by its ``interpolation_scale``, at ``patch_embed``: built, not read)."""
 LEGACY = {"ada_norm_single": "pixart", "ada_norm_zero": "dit"}
 """``Transformer2DModel`` (PixArt-alpha's and DiT's configs) by ``norm_type``, as diffusers
 reads it."""
@@ -102,7 +105,7 @@ TIMESTEPS = {
 def diffusers_findings(cfg: dict[str, Any], component: str) -> list[Finding]:
     """The encodings of a diffusers model config (``_class_name``); [] when none is
     recognised: a UNet's timestep embedding, a patch transformer's ``pos_embed`` grid and
-    timestep embedding (DiT, PixArt, SD3: :data:`PATCH_GRIDS`). The rotary families (FLUX's
+    timestep embedding (DiT, PixArt, SD3, Latte: :data:`PATCH_GRIDS`). The rotary families (FLUX's
     included) are :mod:`posenc.app.audit_vision`'s."""
     name = str(cfg.get("_class_name", ""))
     out: list[Finding] = []

@@ -24,6 +24,7 @@ from posenc.errors import PosencError
 from posenc.spec.families import FAMILIES
 from posenc.spec.families.base import TimmAudit
 from posenc.spec.presets.sinusoidal import MAE, MARIAN, WHISPER
+from posenc.spec.presets.transformers import FAMILIES as FROM_HF
 from posenc.spec.scaling import RULES
 
 PATCH = "posenc.torch.patch(model)"
@@ -87,13 +88,8 @@ def _has_rotary(cfg: dict[str, Any], own: bool = False) -> bool:
     """The config (or its ``text_config``) is of a rotary model: it has rope fields, or its
     ``model_type`` is a rotary family ``from_hf`` reads (a Llama-2 config has neither
     ``rope_theta`` nor ``rope_scaling``: transformers reads default RoPE, base 10000)."""
-    if any(cfg.get(k) is not None for k in ROTARY_KEYS):
+    if any(cfg.get(k) is not None for k in ROTARY_KEYS) or cfg.get("model_type") in FROM_HF:
         return True
-    if not fig.torch_missing():  # from_hf's families are torch code
-        from posenc.compat import transformers as hf
-
-        if cfg.get("model_type") in hf.FAMILIES:
-            return True
     text = cfg.get("text_config")
     return not own and isinstance(text, dict) and _has_rotary(text)
 
@@ -110,10 +106,8 @@ def _modern(cfg: dict[str, Any]) -> dict[str, Any]:
         return out
     rp = dict(out.get("rope_scaling") or {})
     theta = out.get("rope_theta", out.get("rotary_emb_base"))
-    if theta is None and not fig.torch_missing():  # the config class's default (Llama-2's)
-        from posenc.compat import transformers as hf
-
-        family = hf.FAMILIES.get(str(out.get("model_type")))
+    if theta is None:  # its config class's default (Meta's Llama-2 config has none)
+        family = FROM_HF.get(str(out.get("model_type")))
         theta = None if family is None else family.theta
     if theta is not None:
         rp.setdefault("rope_theta", theta)

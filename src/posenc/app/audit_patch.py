@@ -212,10 +212,11 @@ def _fixed(f: Finding, rows: list[Any]) -> Finding:
 
 
 def unbuilt(findings: list[Finding]) -> list[Finding]:
-    """The findings of a config read alone: where its rotary module sits is not known there
-    (``model.model.rotary_emb`` is Llama's, ``model.gpt_neox.rotary_emb`` GPT-NeoX's), so no
-    assignment to it is offered."""
-    return [replace(f, alternative=None) if _placed(f.alternative) else f for f in findings]
+    """The findings of a config read alone: where a module sits is not known there
+    (``model.model.rotary_emb`` is Llama's, ``model.gpt_neox.rotary_emb`` GPT-NeoX's;
+    Whisper's encoder table is ``model.encoder`` in ``WhisperModel``), so no assignment to
+    one is offered: ``posenc.torch.patch`` finds them."""
+    return [replace(f, alternative=None) for f in findings]
 
 
 def _placed(alternative: str | None) -> TypeGuard[str]:

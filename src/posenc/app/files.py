@@ -112,7 +112,7 @@ def atomic(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``, renamed onto it only when the block succeeds; on any
     failure or signal the temporary file is removed."""
     mode = _mode_for(path)
-    tmp: Path | None = None  # named before the file exists: a signal at any point leaves none
+    tmp: Path | None = None  # named before the file exists, so a signal once it does removes it
     try:
         for _ in range(100):
             tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.part"

@@ -19,6 +19,7 @@ import torch
 
 from posenc.compat.grid import PAIRS, GridCall, check_form, compat_grid, references
 from posenc.errors import PosencError
+from posenc.spec.rotary import Rotary
 
 Rows = Callable[[int, torch.Tensor, float], torch.Tensor]
 """One axis's complex rows ``(dim, integer positions, theta) -> [S, dim / 2]``, as a module
@@ -91,17 +92,17 @@ def placed(table: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor
     return cos.contiguous(), sin.contiguous()
 
 
-def _factors(r: Any) -> tuple[float, float]:
+def _factors(rotary: Rotary) -> tuple[float, float]:
     """Lumina-Next's ``linear_factor`` read back from the call's ``axes_scale = (1 / linear,
     1 / linear)``, and its base ``10000 * ntk_factor``."""
-    scale = r.axes_scale or (1.0, 1.0)
-    if scale[0] != scale[1] or r.axes_base is not None or not r.interleave_axes:
+    scale = rotary.axes_scale or (1.0, 1.0)
+    if scale[0] != scale[1] or rotary.axes_base is not None or not rotary.interleave_axes:
         raise PosencError(
             "`compat='diffusers'`: lumina-next scales both axes alike (axes_scale=(1 / "
-            f"linear_factor,) * 2, base=10000 * ntk_factor), got axes_scale={r.axes_scale}, "
-            f"axes_base={r.axes_base}"
+            f"linear_factor,) * 2, base=10000 * ntk_factor), got axes_scale={rotary.axes_scale}, "
+            f"axes_base={rotary.axes_base}"
         )
-    return 1.0 / scale[0], float(r.base)
+    return 1.0 / scale[0], float(rotary.base)
 
 
 def _check(call: GridCall, *, from_zero: bool = False) -> list[int]:

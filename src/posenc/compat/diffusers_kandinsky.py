@@ -20,6 +20,7 @@ import torch
 
 from posenc.compat.grid import PAIRS, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
+from posenc.spec.rotary import Rotary
 
 
 def kandinsky_angles(
@@ -71,9 +72,9 @@ def halves_angles(
     return out
 
 
-def _divisors(r: Any) -> list[float]:
+def _divisors(rotary: Rotary) -> list[float]:
     """The ``scale_factor`` of each block: the inverse of its ``axes_scale``."""
-    return [1.0 / s for s in (r.axes_scale or (1.0,) * len(r.axes_dim))]
+    return [1.0 / s for s in (rotary.axes_scale or (1.0,) * len(rotary.axes_dim or ()))]
 
 
 def rotary_grid(call: GridCall) -> tuple[Any, Any]:

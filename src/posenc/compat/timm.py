@@ -43,6 +43,7 @@ import torch
 
 from posenc.compat.grid import Free, GridCall, check_form, compat_grid
 from posenc.errors import PosencError
+from posenc.spec.rotary import Rotary
 
 
 def sincos_2d(
@@ -99,28 +100,28 @@ def _one_offset(family: str, offsets: Sequence[float], what: str) -> float:
     return offsets[0]
 
 
-def _check_table(family: str, kind: str, r: Any, blocks: Sequence[int]) -> tuple[str, bool]:
+def _check_table(family: str, kind: str, rotary: Rotary, blocks: Sequence[int]) -> tuple[str, bool]:
     """timm's ``grid_indexing`` and ``rotate_half`` for this table, or the error naming the
     block widths or factors timm's module cannot take (the rest: :data:`FREE`)."""
-    dim = r.dim
-    if r.axes_dim is None or len(r.axes_dim) != 2:
+    dim = rotary.dim
+    if rotary.axes_dim is None or len(rotary.axes_dim) != 2:
         raise PosencError(
             f"`axes_dim`: timm's rotary tables have two grid axes of dim / 4 frequencies each, "
-            f"got {r.axes_dim}"
+            f"got {rotary.axes_dim}"
         )
-    if dim % 4 or tuple(r.axes_dim) != (dim // 2, dim // 2):
+    if dim % 4 or tuple(rotary.axes_dim) != (dim // 2, dim // 2):
         raise PosencError(
             f"`axes_dim`: compat='timm' takes dim / 2 channels per axis (dim // 4 bands, dim a "
-            f"multiple of 4), got {tuple(r.axes_dim)} for dim = {dim}"
+            f"multiple of 4), got {tuple(rotary.axes_dim)} for dim = {dim}"
         )
     want = (2 * math.pi, 2 * math.pi) if kind == DINOV3 else None
-    if r.axes_scale != want:
+    if rotary.axes_scale != want:
         rule = "2 pi c / period: (2 pi, 2 pi)" if want else "none"
         raise PosencError(
             f"`axes_scale`: {family}'s timm module scales its frequencies by {rule}, got "
-            f"{r.axes_scale}"
+            f"{rotary.axes_scale}"
         )
-    return ("ij" if list(blocks) == [0, 1] else "xy"), r.layout == "halves"
+    return ("ij" if list(blocks) == [0, 1] else "xy"), rotary.layout == "halves"
 
 
 FREE: Free = {"layout": ("interleaved", "halves"), "block_axes": ((0, 1), (1, 0))}

@@ -80,5 +80,5 @@ class Gemma4VisionRope(_Tracked):
         """timm's name for the same: nothing to do."""
 
     def extra_repr(self) -> str:
-        mode = ", compat='original'" if self.compat else ""
+        mode = f", compat='original' ({self.library}'s)" if self.compat else ""
         return f"{self.dim}, preset={PRESET!r}, base={self.base:g}{mode}"

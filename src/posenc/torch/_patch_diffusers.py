@@ -326,7 +326,7 @@ def _flux_found(module: nn.Module, *, every_axis: bool) -> Found | None:
         theta, axes = m.theta, tuple(int(d) for d in m.axes_dim)
     except (AttributeError, TypeError, ValueError):
         return unlike(name, "diffusers")
-    trained = name == flux.IDS.names[0]  # FluxPosEmbed: FLUX.1's training, its preset's
+    trained = name == flux.FLUX1_CLASS  # FLUX.1's training, its preset's
 
     def build(compat: str | None) -> nn.Module | str:
         try:

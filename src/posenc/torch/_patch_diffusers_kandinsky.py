@@ -48,7 +48,7 @@ def kandinsky_rope_1d(path: str, module: nn.Module, root: nn.Module) -> Found | 
     m: Any = module
     try:
         dim, rows, base = int(m.dim), int(m.max_pos), float(m.max_period)
-        scaling = float(m.freqs_scaling) if name == kandinsky.K6_TEXT else None
+        scaling = float(m.freqs_scaling) if name == kandinsky.K6_1D else None
     except (AttributeError, TypeError, ValueError):
         return unlike(name, "diffusers")
     dtype, device = float_dtype(module) or torch.float32, device_of(module)

@@ -79,7 +79,7 @@ def _kind(saved: Tensor) -> str:
 
 def _held(saved: Tensor) -> str:
     held = holds(saved)
-    return f" ({held}) posenc has no stand-in for: left alone" if held else ": left alone"
+    return f" ({held}): posenc has no stand-in for it, left alone" if held else ": left alone"
 
 
 def _pos_embed(module: nn.Module, saved: Tensor) -> Found | None:

@@ -107,9 +107,11 @@ ERNIE_IMAGE = _ids(
 )
 
 
+FLUX1_CLASS = "FluxPosEmbed"
+"""FLUX.1's own module (the ``flux`` preset's: FLUX.1's training); its copies follow."""
 IDS = Classes(
     "diffusers",
-    "FluxPosEmbed",
+    FLUX1_CLASS,
     "LongCatImagePosEmbed",
     "OvisImagePosEmbed",
     "BriaEmbedND",
@@ -125,8 +127,14 @@ HIDREAM_CLASS, PRX_CLASS = "HiDreamImageEmbedND", "PRXEmbedND"
 """HiDream's module (the head axis at 2) and PRX's (at 1)."""
 MATRICES = Classes("diffusers", HIDREAM_CLASS, PRX_CLASS)
 """Rotation matrices of ids, float64."""
-ERNIE = Classes("diffusers", "ErnieImageEmbedND3")
+ERNIE_CLASS = "ErnieImageEmbedND3"
+ERNIE = Classes("diffusers", ERNIE_CLASS)
 """Float32 angles of ids."""
+
+
+FIXED = ("axes_dims_rope", None)
+"""The config keys of a FLUX-like model whose class fixes its base at 10000 (FLUX.1, Chroma,
+LongCat-Image, Ovis-Image, HiDream): its blocks only."""
 
 
 def _audit(
@@ -134,12 +142,14 @@ def _audit(
     preset: RotaryPreset,
     module: str,
     attribute: str = "pos_embed",
-    keys: tuple[str, str] = ("axes_dims_rope", "rope_theta"),
+    keys: tuple[str, str | None] = ("axes_dims_rope", "rope_theta"),
 ) -> Audit:
     """A FLUX-like model's audit: its module at ``attribute``, its blocks and base read from
-    its config under ``keys`` (FLUX's), the preset's where the config has none."""
+    its config under ``keys`` (None: a base the model's class fixes), the preset's where the
+    config has none."""
     own = preset.rotary
-    keywords = axes(keys[0], tuple(own["axes_dim"]), float(own["base"]), theta_key=keys[1])
+    blocks, theta = tuple(own["axes_dim"]), float(own["base"])
+    keywords = axes(keys[0], blocks) if keys[1] is None else axes(keys[0], blocks, theta, keys[1])
     return Audit(
         models,
         preset,
@@ -157,20 +167,22 @@ FAMILY = Family(
     (FLUX, FLUX2, FLUX3, KREA2, HIDREAM, PRX, ERNIE_IMAGE),
     classes=(IDS, EVERY_AXIS, MATRICES, ERNIE),
     audits=(
-        _audit(("FluxTransformer2DModel", "ChromaTransformer2DModel"), FLUX, "FluxPosEmbed"),
-        _audit(("LongCatImageTransformer2DModel",), FLUX, "LongCatImagePosEmbed"),
-        _audit(("OvisImageTransformer2DModel",), FLUX, "OvisImagePosEmbed"),
+        _audit(
+            ("FluxTransformer2DModel", "ChromaTransformer2DModel"), FLUX, FLUX1_CLASS, keys=FIXED
+        ),
+        _audit(("LongCatImageTransformer2DModel",), FLUX, "LongCatImagePosEmbed", keys=FIXED),
+        _audit(("OvisImageTransformer2DModel",), FLUX, "OvisImagePosEmbed", keys=FIXED),
         _audit(("BriaTransformer2DModel",), FLUX, "BriaEmbedND"),
         _audit(("BriaFiboTransformer2DModel",), FLUX, "BriaFiboEmbedND"),
         _audit(("Flux2Transformer2DModel",), FLUX2, "Flux2PosEmbed"),
         _audit(("Flux3Transformer2DModel",), FLUX3, "Flux3PosEmbed"),
-        _audit(("Krea2Transformer2DModel",), KREA2, "Krea2RotaryPosEmbed"),
-        _audit(("HiDreamImageTransformer2DModel",), HIDREAM, HIDREAM_CLASS, "pe_embedder"),
+        _audit(("Krea2Transformer2DModel",), KREA2, "Krea2RotaryPosEmbed", "rotary_emb"),
+        _audit(("HiDreamImageTransformer2DModel",), HIDREAM, HIDREAM_CLASS, "pe_embedder", FIXED),
         _audit(("PRXTransformer2DModel",), PRX, PRX_CLASS, "pe_embedder", ("axes_dim", "theta")),
         _audit(
             ("ErnieImageTransformer2DModel",),
             ERNIE_IMAGE,
-            ERNIE.names[0],
+            ERNIE_CLASS,
             keys=("rope_axes_dim", "rope_theta"),
         ),
     ),

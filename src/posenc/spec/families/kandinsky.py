@@ -97,11 +97,12 @@ KANDINSKY6 = RotaryPreset(
 )
 
 
-K5_VIDEO, K6_TEXT = "Kandinsky5RoPE3D", "Kandinsky6RoPE1D"
-"""Kandinsky 5's video module (its tables batched) and Kandinsky 6's text one (scaled)."""
+K5_VIDEO, K6_1D = "Kandinsky5RoPE3D", "Kandinsky6RoPE1D"
+"""Kandinsky 5's video module (its tables batched) and Kandinsky 6's 1-D one (its text's, and
+its audio's with ``freqs_scaling``)."""
 VIDEO = Classes("diffusers", K5_VIDEO, "Kandinsky6RoPE3D", "Kandinsky6SRRoPE3D")
 """The video tokens' modules."""
-TEXT = Classes("diffusers", "Kandinsky5RoPE1D", K6_TEXT)
+TEXT = Classes("diffusers", "Kandinsky5RoPE1D", K6_1D)
 """The text (and Kandinsky 6's audio) tokens' modules: 1-D over the whole head."""
 
 
