@@ -2,10 +2,10 @@
 ``patch(compat="original")`` replaces exactly the positional modules (and says which original
 each was) and leaves every output ``torch.equal`` (float32, bfloat16 activations on the float32
 model, and the model in bfloat16, cast before and after patching); ``patch(model)`` switches
-the same modules to exact, which the family's float64 reference checks. In either mode the
-original checkpoint loads into the patched model with ``strict=True`` and the patched model's
-into the original class, under the same keys in the same order, and patching again replaces
-nothing and says again what it left alone.
+the same stand-ins to exact (so does a fresh ``patch``), which the family's float64 reference
+checks. In either mode the original checkpoint loads into the patched model with
+``strict=True`` and the patched model's into the original class, under the same keys in the
+same order, and patching again replaces nothing and says again what it left alone.
 
 ``forward`` runs a model on keyword inputs as the contract compares it; ``forwards`` makes the
 contract's ``outputs`` of a list of such calls, and ``assert_outputs_close`` compares an exact
@@ -81,8 +81,10 @@ def check_patch_contract(
             _same(want, outputs(low, torch.bfloat16))
         _same(want, outputs(copy.deepcopy(model).to(torch.bfloat16), torch.bfloat16))
 
+    kinds = {r.path: type(model.get_submodule(r.path)) for r in report.replaced}
     switched = patch(model)
     _replaced(switched, paths, "exact", left_alone)
+    assert {p: type(model.get_submodule(p)) for p in kinds} == kinds  # one stand-in, two modes
     exact(original, model)
     fresh = copy.deepcopy(original)  # exact at once, the usual way in
     direct = patch(fresh)

@@ -315,6 +315,7 @@ def test_sana_wm_theta_is_read_from_its_table():
     def outputs(m, dtype):  # grid sizes: no activations to cast
         for fhw in sizes:
             yield m.rope(fhw, torch.device("cpu"))
+            yield m.rope(fhw, device=torch.device("cpu"))  # the keyword form too
 
     def exact(original, patched):
         for fhw in sizes:
