@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 from posenc.torch import patch  # noqa: E402
 from tests.contract import check_patch_contract, forward  # noqa: E402
+from tests.families.models import WAN_SMALL  # noqa: E402
 
 pytestmark = [
     pytest.mark.usefixtures("quiet_diffusers"),
@@ -103,10 +104,7 @@ def _sana_wm_inputs():
 
 
 def _anyflow():
-    return diffusers.AnyFlowTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24, in_channels=4,
-        out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1,
-        rope_max_seq_len=64)  # fmt: skip
+    return diffusers.AnyFlowTransformer3DModel(**WAN_SMALL)
 
 
 def _anyflow_inputs():

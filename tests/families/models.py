@@ -145,11 +145,14 @@ def _hunyuan_image_inputs(size=(6, 10)):
             "encoder_attention_mask": torch.ones(1, 5)}  # fmt: skip
 
 
+WAN_SMALL = {"patch_size": (1, 2, 2), "num_attention_heads": 2, "attention_head_dim": 24,
+             "in_channels": 4, "out_channels": 4, "text_dim": 16, "freq_dim": 32, "ffn_dim": 32,
+             "num_layers": 1, "rope_max_seq_len": 64}  # fmt: skip
+"""A small transformer of Wan's form (ChronoEdit's, AnyFlow's)."""
+
+
 def _chronoedit():
-    return diffusers.ChronoEditTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24, in_channels=4,
-        out_channels=4, text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1,
-        rope_max_seq_len=64)  # fmt: skip
+    return diffusers.ChronoEditTransformer3DModel(**WAN_SMALL)
 
 
 def _easyanimate():

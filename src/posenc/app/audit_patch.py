@@ -21,7 +21,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any, TypeGuard
+from typing import Any
 
 from posenc.app.audit_models import Finding
 
@@ -204,7 +204,7 @@ def _fixed(f: Finding, rows: list[Any]) -> Finding:
         return replace(f, fix=f"{NO_FIX}: {notes}" if notes else NO_FIX, alternative=None)
     paths = ", ".join(f"model.{r.path}" for r in replaced)
     alternative = f.alternative
-    if _placed(alternative):  # at the module's own paths
+    if alternative is not None and ".rotary_emb = " in alternative:  # the module's own path
         rest = alternative.split(" = ", 1)[1]
         alternative = "; ".join(f"model.{r.path} = {rest}" for r in replaced)
     fix = f"{f.fix} (replaces {paths})" if "posenc.torch.patch" in f.fix else f.fix
@@ -217,11 +217,6 @@ def unbuilt(findings: list[Finding]) -> list[Finding]:
     Whisper's encoder table is ``model.encoder`` in ``WhisperModel``), so no assignment to
     one is offered: ``posenc.torch.patch`` finds them."""
     return [replace(f, alternative=None) for f in findings]
-
-
-def _placed(alternative: str | None) -> TypeGuard[str]:
-    """An assignment to a rotary module, its path written from the family's usual one."""
-    return alternative is not None and ".rotary_emb = " in alternative
 
 
 def _line(row: Any) -> str:

@@ -122,9 +122,8 @@ def _ids_findings(
 ) -> list[Finding]:
     audit = VISION.get(name) or VISION["FluxTransformer2DModel"]  # a FLUX config without a name
     own = audit.preset.rotary  # the config's values, else the family's defaults
-    kw = audit.keywords(cfg)
-    axes = tuple(int(a) for a in kw.get("axes_dim") or own["axes_dim"])
-    theta = float(kw.get("base") or own["base"])
+    kw = audit.keywords(cfg)  # the blocks, and the base where the class takes one
+    axes, theta = tuple(kw["axes_dim"]), float(kw.get("base", own["base"]))
     out = [axial(component, axes, theta, audit.grid[0], audit, size)]
     if name in ("FluxTransformer2DModel", ""):  # FLUX.1's own timestep embedding
         where = "time_text_embed.time_proj" + (

@@ -31,9 +31,9 @@ from posenc.torch._patching import (
     Recogniser,
     TableParameter,
     from_library,
-    holds,
     learned,
     left_alone,
+    left_table,
 )
 
 ATTRIBUTE = "pos_embed"
@@ -62,7 +62,7 @@ def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         return None
     own = {**module._parameters, **module._buffers}
     others = tuple(
-        left_alone(_kind(t), learned(t) if t.requires_grad else f"a fixed table{_held(t)}", name)
+        left_table(t, name, "a fixed table{held}: posenc has no stand-in for it, left alone")
         for name, t in own.items()
         if name.startswith(ATTRIBUTE + "_") and isinstance(t, Tensor)
     )
@@ -73,17 +73,8 @@ def pos_embed(path: str, module: nn.Module, root: nn.Module) -> Found | None:
     return replace(found, others=others)
 
 
-def _kind(saved: Tensor) -> str:
-    return type(saved).__name__ if isinstance(saved, nn.Parameter) else "buffer"
-
-
-def _held(saved: Tensor) -> str:
-    held = holds(saved)
-    return f" ({held}): posenc has no stand-in for it, left alone" if held else ": left alone"
-
-
 def _pos_embed(module: nn.Module, saved: Tensor) -> Found | None:
-    kind = _kind(saved)
+    kind = type(saved).__name__ if isinstance(saved, nn.Parameter) else "buffer"
     if saved.requires_grad:  # [1, rows, d], or NaFlexViT's [1, H, W, d]
         return left_alone(kind, learned(saved), ATTRIBUTE)
     if saved.ndim != 3:

@@ -31,9 +31,8 @@ from posenc.torch._patching import (
     float_dtype,
     from_library,
     has_meta,
-    holds,
-    learned,
     left_alone,
+    left_table,
     measured,
     table_of,
     unlike,
@@ -389,13 +388,10 @@ def others(path: str, module: nn.Module, root: nn.Module) -> Found | None:
         saved = module._parameters.get(key, module._buffers.get(key))
         if not isinstance(saved, Tensor) or not saved.is_floating_point():
             continue
-        kind = "Parameter" if isinstance(saved, nn.Parameter) else "buffer"
-        if saved.requires_grad:
-            return left_alone(kind, learned(saved), key)
-        held = holds(saved)
-        held = f" ({held})" if held else ""
-        why = f"a fixed table{held} that {name} reads as a tensor: posenc has no stand-in for it"
-        return left_alone(kind, why, key)
+        fixed = (
+            f"a fixed table{{held}} that {name} reads as a tensor: posenc has no stand-in for it"
+        )
+        return left_table(saved, key, fixed)
     return None
 
 

@@ -242,6 +242,17 @@ def unreproduced(module: nn.Module, why: str) -> Found:
     return left_alone(name, f"{why}; it {held}" if held else why)
 
 
+def left_table(saved: Tensor, attribute: str, fixed: str) -> Found:
+    """A positional table a module keeps at ``attribute`` that no stand-in replaces, left
+    alone: as learned when trainable (saying which sinusoid it still holds), else as ``fixed``
+    says, its ``{held}`` the sinusoid it holds (`` (holds the … to …)``), if any."""
+    kind = "Parameter" if isinstance(saved, nn.Parameter) else "buffer"
+    if saved.requires_grad:
+        return left_alone(kind, learned(saved), attribute)
+    held = holds(saved)
+    return left_alone(kind, fixed.format(held=f" ({held})" if held else ""), attribute)
+
+
 def table_of(module: nn.Module) -> Tensor | None:
     """The module's first parameter of two or more dimensions (its table), if any."""
     return next((t for t in module.parameters() if t.ndim >= 2), None)
